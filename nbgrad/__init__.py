@@ -1,0 +1,35 @@
+"""nbgrad: JIT-compiled automatic differentiation on Numba.
+
+NumPy-native tensors, a PyTorch-style eager autograd engine driven by one derivative
+table (``formulas/derivatives.yaml``), JAX-style functional transforms, and a
+compiler (``nbgrad.jit``) that runs whole forward and backward graphs natively.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from . import autograd, dtypes
+from .device import Device
+from .dtypes import bool_, float32, float64, int32, int64
+from .errors import TableError, TracerError
+from .factories import (
+    arange,
+    as_tensor,
+    empty,
+    empty_like,
+    eye,
+    from_dlpack,
+    from_numpy,
+    full,
+    full_like,
+    linspace,
+    ones,
+    tensor,
+    zeros,
+)
+from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .ops import *  # noqa: F403
+from .tensor import Tensor
+
+bool = bool_  # noqa: A001 - torch's name for the dtype

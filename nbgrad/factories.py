@@ -1,0 +1,135 @@
+"""Creating tensors: ``tensor`` and the factories of SPEC.md."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import dtypes
+from .device import Device
+from .kernels.layout import c_contiguous
+from .tensor import Tensor
+
+
+def _to_array(data: Any, dtype: Any = None) -> np.ndarray:
+    """A C-contiguous array of a supported dtype holding a copy of ``data``."""
+    if isinstance(data, Tensor):
+        data = data.numpy()
+    if data is None:
+        raise TypeError("nbgrad.tensor(): data must be a number, a nested list or an array, "
+                        "not None")
+    if isinstance(data, str):
+        raise TypeError(f"nbgrad.tensor(): cannot make a tensor from the string {data!r}")
+    try:
+        arr = np.array(data, copy=True, order="C")
+    except (ValueError, TypeError) as exc:
+        raise TypeError(f"nbgrad.tensor(): cannot make a tensor from {type(data).__name__}: "
+                        f"{exc}") from None
+    if arr.dtype == object or arr.dtype.kind in "USV":
+        raise TypeError(f"nbgrad.tensor(): data of kind {arr.dtype} (e.g. strings or mixed "
+                        "types) cannot be a tensor")
+    target = dtypes.as_dtype(dtype if dtype is not None else arr.dtype)
+    if arr.dtype != target:
+        arr = arr.astype(target)
+    return arr
+
+
+def tensor(data: Any, dtype: Any = None, requires_grad: bool = False,
+           device: Any = "cpu") -> Tensor:
+    """A new tensor holding a copy of ``data`` (scalar, nested list or array)."""
+    return Tensor(data, dtype=dtype, requires_grad=requires_grad, device=device)
+
+
+def as_tensor(data: Any, dtype: Any = None) -> Tensor:
+    """``data`` itself when it is a tensor of that dtype, else a new tensor."""
+    if isinstance(data, Tensor) and (dtype is None or data.dtype == dtypes.as_dtype(dtype)):
+        return data
+    return tensor(data, dtype=dtype)
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A tensor sharing memory with ``array`` (which must be C-contiguous)."""
+    dt = dtypes.as_dtype(array.dtype)
+    if dt != array.dtype or not array.flags.c_contiguous:
+        raise TypeError("from_numpy needs a C-contiguous array of a supported dtype")
+    return Tensor._make(array)
+
+
+def from_dlpack(obj: Any) -> Tensor:
+    """A tensor sharing memory with any DLPack producer (NumPy, PyTorch, JAX...)."""
+    arr = np.from_dlpack(obj)
+    dtypes.as_dtype(arr.dtype)
+    return Tensor._make(arr if arr.flags.c_contiguous else c_contiguous(arr))
+
+
+def _shape(size: Sequence[int] | int) -> tuple[int, ...]:
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = size[0]
+    try:
+        shape = tuple(int(s) for s in size)
+    except TypeError:
+        raise TypeError(f"size must be ints, got {size!r}") from None
+    if any(s < 0 for s in shape):
+        raise ValueError(f"negative dimension in size {shape}")
+    return shape
+
+
+def _make(array: np.ndarray, requires_grad: bool, device: Any) -> Tensor:
+    return Tensor(array, requires_grad=requires_grad, device=device) \
+        if (requires_grad or Device.of(device).type != "cpu") else Tensor._make(array)
+
+
+def _dt(dtype: Any, default=dtypes.float64) -> np.dtype:
+    return dtypes.as_dtype(dtype) if dtype is not None else default
+
+
+def zeros(*size, dtype: Any = None, requires_grad: bool = False, device: Any = "cpu") -> Tensor:
+    return _make(np.zeros(_shape(size), _dt(dtype)), requires_grad, device)
+
+
+def ones(*size, dtype: Any = None, requires_grad: bool = False, device: Any = "cpu") -> Tensor:
+    return _make(np.ones(_shape(size), _dt(dtype)), requires_grad, device)
+
+
+def empty(*size, dtype: Any = None, requires_grad: bool = False, device: Any = "cpu") -> Tensor:
+    return _make(np.zeros(_shape(size), _dt(dtype)), requires_grad, device)
+
+
+def full(size, fill_value, dtype: Any = None, requires_grad: bool = False,
+         device: Any = "cpu") -> Tensor:
+    default = dtypes.as_dtype(np.asarray(fill_value).dtype)
+    shape = _shape((size,) if isinstance(size, int) else tuple(size))
+    return _make(np.full(shape, fill_value, _dt(dtype, default)), requires_grad, device)
+
+
+def _like(t: Tensor, value: float, dtype: Any, requires_grad: bool) -> Tensor:
+    dt = _dt(dtype, t.dtype)
+    return _make(np.full(t.shape, value, dt), requires_grad, t.device)
+
+
+def full_like(t: Tensor, fill_value, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    return _like(t, fill_value, dtype, requires_grad)
+
+
+def empty_like(t: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    return _like(t, 0, dtype, requires_grad)
+
+
+def arange(start, end=None, step=1, dtype: Any = None, requires_grad: bool = False,
+           device: Any = "cpu") -> Tensor:
+    if end is None:
+        start, end = 0, start
+    arr = np.arange(start, end, step)
+    return _make(arr.astype(_dt(dtype, dtypes.as_dtype(arr.dtype))), requires_grad, device)
+
+
+def linspace(start: float, end: float, steps: int, dtype: Any = None,
+             requires_grad: bool = False, device: Any = "cpu") -> Tensor:
+    return _make(np.linspace(start, end, int(steps), dtype=_dt(dtype)), requires_grad, device)
+
+
+def eye(n: int, m: int | None = None, dtype: Any = None, requires_grad: bool = False,
+        device: Any = "cpu") -> Tensor:
+    return _make(np.eye(n, m, dtype=_dt(dtype)), requires_grad, device)

@@ -1,0 +1,286 @@
+"""Elementwise ops as scalar expressions, and the Numba kernels generated from them.
+
+Each op is one scalar expression: unary ones in ``x`` (and float parameters ``p0``,
+``p1``), binary ones in ``a`` and ``b``. The same expressions feed the eager CPU
+kernels generated here, the jit compiler's fused loops and the CUDA kernels, so an
+op's arithmetic is written once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import codegen
+from .layout import c_contiguous
+
+
+@dataclass(frozen=True)
+class ScalarOp:
+    name: str
+    expr: str
+    params: tuple[str, ...] = ()  # op arguments passed as p0, p1
+    kind: str = "float"  # "float": inputs become floating; "same": keeps ints; "bool": -> bool
+
+
+def _u(name, expr, params=(), kind="float"):
+    return ScalarOp(name, expr, tuple(params), kind)
+
+
+UNARY: dict[str, ScalarOp] = {op.name: op for op in [
+    _u("neg", "-x", kind="same"),
+    _u("abs", "abs(x)", kind="same"),
+    _u("sign", "sign(x)", kind="same"),
+    _u("square", "x * x", kind="same"),
+    _u("exp", "math.exp(x)"),
+    _u("expm1", "math.expm1(x)"),
+    _u("log", "math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)"),
+    _u("log1p", "math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)"),
+    _u("log2", "math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)"),
+    _u("log10", "math.log10(x) if x > 0 else (-math.inf if x == 0 else math.nan)"),
+    _u("sqrt", "math.sqrt(x) if x >= 0 else math.nan"),
+    _u("rsqrt", "1.0 / math.sqrt(x) if x > 0 else (math.inf if x == 0 else math.nan)"),
+    _u("reciprocal", "1.0 / x if x != 0 else math.copysign(math.inf, x)"),
+    _u("sin", "math.sin(x)"),
+    _u("cos", "math.cos(x)"),
+    _u("tan", "math.tan(x)"),
+    _u("asin", "math.asin(x) if -1 <= x <= 1 else math.nan"),
+    _u("acos", "math.acos(x) if -1 <= x <= 1 else math.nan"),
+    _u("atan", "math.atan(x)"),
+    _u("sinh", "math.sinh(x)"),
+    _u("cosh", "math.cosh(x)"),
+    _u("tanh", "math.tanh(x)"),
+    _u("asinh", "math.asinh(x)"),
+    _u("acosh", "math.acosh(x) if x >= 1 else math.nan"),
+    _u("atanh", "math.atanh(x) if -1 < x < 1 else "
+                "(math.copysign(math.inf, x) if abs(x) == 1 else math.nan)"),
+    _u("sigmoid", "sigmoid(x)"),
+    _u("relu", "relu(x)"),
+    _u("softplus", "softplus(x, p0, p1)", ("beta", "threshold")),
+    _u("erf", "math.erf(x)"),
+    _u("erfc", "math.erfc(x)"),
+    _u("floor", "np.floor(x)"),
+    _u("ceil", "np.ceil(x)"),
+    _u("round", "np.rint(x)"),
+    _u("trunc", "np.trunc(x)"),
+    _u("lgamma", "math.lgamma(x) if not (x <= 0 and x == np.floor(x)) else math.inf"),
+    _u("digamma", "digamma(x)"),
+    _u("polygamma", "polygamma(int(p0), x)", ("n",)),
+    _u("clamp", "x if x != x else min(max(x, p0), p1)", ("min", "max"), kind="same"),
+    _u("logical_not", "not x", kind="bool"),
+]}
+
+BINARY: dict[str, ScalarOp] = {op.name: op for op in [
+    _u("add", "a + b", kind="same"),
+    _u("sub", "a - b", kind="same"),
+    _u("mul", "a * b", kind="same"),
+    _u("div", "a / b"),
+    _u("pow", "a ** b"),
+    _u("maximum", "a if (a > b or a != a) else b", kind="same"),
+    _u("minimum", "a if (a < b or a != a) else b", kind="same"),
+    _u("atan2", "math.atan2(a, b)"),
+    _u("fmod", "np.fmod(a, b)"),
+    _u("remainder", "a - b * np.floor(a / b) if b != 0 else math.nan"),
+    _u("floor_divide", "np.floor(a / b)"),
+    _u("hypot", "math.hypot(a, b)"),
+    _u("eq", "a == b", kind="bool"),
+    _u("ne", "a != b", kind="bool"),
+    _u("lt", "a < b", kind="bool"),
+    _u("le", "a <= b", kind="bool"),
+    _u("gt", "a > b", kind="bool"),
+    _u("ge", "a >= b", kind="bool"),
+    _u("logical_and", "bool(a) and bool(b)", kind="bool"),
+    _u("logical_or", "bool(a) or bool(b)", kind="bool"),
+    _u("logical_xor", "bool(a) != bool(b)", kind="bool"),
+]}
+
+# ``where(cond, a, b)`` and ``lerp(a, b, w)``: three operands, broadcast together
+TERNARY: dict[str, ScalarOp] = {op.name: op for op in [
+    _u("where", "a if c else b", kind="same"),
+    _u("lerp", "a + c * (b - a)"),
+]}
+
+_PRELUDE = '''import math
+
+import numpy as np
+from numba import njit
+
+from nbgrad.kernels.scalar import digamma, polygamma, relu, sigmoid, sign, softplus
+
+OPTS = dict(cache=True, nogil=True, error_model="numpy")
+'''
+
+_UNARY_TEMPLATE = '''
+
+@njit(**OPTS)
+def unary_{name}(xs, out, p0, p1):
+    for i in range(xs.size):
+        x = xs[i]
+        out[i] = {expr}
+'''
+
+# modes: 0 same size, 1 b is a scalar, 2 a is a scalar, 3 general broadcast (strides)
+_BINARY_TEMPLATE = '''
+
+@njit(**OPTS)
+def binary_{name}(av, bv, out, mode, shape, sa, sb):
+    n = out.size
+    if n == 0:
+        return
+    if mode == 0:
+        for i in range(n):
+            a = av[i]
+            b = bv[i]
+            out[i] = {expr}
+    elif mode == 1:
+        b = bv[0]
+        for i in range(n):
+            a = av[i]
+            out[i] = {expr}
+    elif mode == 2:
+        a = av[0]
+        for i in range(n):
+            b = bv[i]
+            out[i] = {expr}
+    else:
+        nd = shape.size
+        inner = shape[nd - 1]
+        ia = sa[nd - 1]
+        ib = sb[nd - 1]
+        idx = np.zeros(nd, np.int64)
+        offa = 0
+        offb = 0
+        for o in range(n // inner):
+            base = o * inner
+            for j in range(inner):
+                a = av[offa + j * ia]
+                b = bv[offb + j * ib]
+                out[base + j] = {expr}
+            d = nd - 2
+            while d >= 0:
+                idx[d] += 1
+                offa += sa[d]
+                offb += sb[d]
+                if idx[d] < shape[d]:
+                    break
+                offa -= sa[d] * shape[d]
+                offb -= sb[d] * shape[d]
+                idx[d] = 0
+                d -= 1
+'''
+
+_TERNARY_TEMPLATE = '''
+
+@njit(**OPTS)
+def ternary_{name}(cv, av, bv, out, shape, sc, sa, sb):
+    n = out.size
+    if n == 0:
+        return
+    nd = shape.size
+    inner = shape[nd - 1]
+    ic = sc[nd - 1]
+    ia = sa[nd - 1]
+    ib = sb[nd - 1]
+    idx = np.zeros(nd, np.int64)
+    offc = 0
+    offa = 0
+    offb = 0
+    for o in range(n // inner):
+        base = o * inner
+        for j in range(inner):
+            c = cv[offc + j * ic]
+            a = av[offa + j * ia]
+            b = bv[offb + j * ib]
+            out[base + j] = {expr}
+        d = nd - 2
+        while d >= 0:
+            idx[d] += 1
+            offc += sc[d]
+            offa += sa[d]
+            offb += sb[d]
+            if idx[d] < shape[d]:
+                break
+            offc -= sc[d] * shape[d]
+            offa -= sa[d] * shape[d]
+            offb -= sb[d] * shape[d]
+            idx[d] = 0
+            d -= 1
+'''
+
+
+def kernel_source() -> str:
+    """The readable source of every eager elementwise kernel."""
+    parts = [_PRELUDE]
+    parts += [_UNARY_TEMPLATE.format(name=op.name, expr=op.expr) for op in UNARY.values()]
+    parts += [_BINARY_TEMPLATE.format(name=op.name, expr=op.expr) for op in BINARY.values()]
+    parts += [_TERNARY_TEMPLATE.format(name=op.name, expr=op.expr) for op in TERNARY.values()]
+    return "".join(parts)
+
+
+_MODULE = None
+
+
+def kernels():
+    """The generated kernel module (written to the cache folder on first use)."""
+    global _MODULE
+    if _MODULE is None:
+        _MODULE = codegen.load_module("elementwise", kernel_source())
+    return _MODULE
+
+
+EMPTY = np.zeros(0, np.int64)
+
+
+def broadcast_strides(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> np.ndarray:
+    """Element strides of a C-contiguous array of ``shape`` read as ``out_shape``."""
+    nd = len(out_shape)
+    padded = (1,) * (nd - len(shape)) + tuple(shape)
+    strides = np.zeros(nd, np.int64)
+    step = 1
+    for d in range(nd - 1, -1, -1):
+        strides[d] = 0 if padded[d] == 1 else step
+        step *= padded[d]
+    return strides
+
+
+def run_unary(name: str, x: np.ndarray, out_dtype: np.dtype, p0: float = 0.0,
+              p1: float = 0.0) -> np.ndarray:
+    xs = c_contiguous(x)
+    out = np.empty(xs.shape, out_dtype)
+    getattr(kernels(), f"unary_{name}")(xs.reshape(-1), out.reshape(-1), p0, p1)
+    return out
+
+
+def run_binary(name: str, a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
+    fn = getattr(kernels(), f"binary_{name}")
+    a = c_contiguous(a)
+    b = c_contiguous(b)
+    if a.shape == b.shape:
+        out = np.empty(a.shape, out_dtype)
+        fn(a.reshape(-1), b.reshape(-1), out.reshape(-1), 0, EMPTY, EMPTY, EMPTY)
+        return out
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    out = np.empty(shape, out_dtype)
+    if b.size == 1 and a.shape == shape:
+        fn(a.reshape(-1), b.reshape(-1), out.reshape(-1), 1, EMPTY, EMPTY, EMPTY)
+    elif a.size == 1 and b.shape == shape:
+        fn(a.reshape(-1), b.reshape(-1), out.reshape(-1), 2, EMPTY, EMPTY, EMPTY)
+    elif out.size:
+        fn(a.reshape(-1), b.reshape(-1), out.reshape(-1), 3, np.asarray(shape, np.int64),
+           broadcast_strides(a.shape, shape), broadcast_strides(b.shape, shape))
+    return out
+
+
+def run_ternary(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray,
+                out_dtype: np.dtype) -> np.ndarray:
+    fn = getattr(kernels(), f"ternary_{name}")
+    c, a, b = (c_contiguous(v) for v in (c, a, b))
+    shape = np.broadcast_shapes(c.shape, a.shape, b.shape)
+    out = np.empty(shape, out_dtype)
+    if out.size:
+        full = shape if shape else (1,)
+        fn(c.reshape(-1), a.reshape(-1), b.reshape(-1), out.reshape(-1),
+           np.asarray(full, np.int64), broadcast_strides(c.shape, full),
+           broadcast_strides(a.shape, full), broadcast_strides(b.shape, full))
+    return out

@@ -1,0 +1,148 @@
+"""Reduction kernels over an (A, R, B) view: reduce the middle axis of a C-contiguous array.
+
+Any run of adjacent dimensions reduces without a copy: the dimensions before it make
+A, the run makes R and the ones after it make B. Non-adjacent dimensions are moved
+together first (one copy). Sums accumulate in float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .layout import c_contiguous
+
+OPTS = dict(cache=True, nogil=True)
+
+
+@njit(**OPTS)
+def sum_arb(x, A, R, B, out):
+    if B == 1:
+        for a in range(A):
+            row = x[a * R:(a + 1) * R]
+            s = 0.0
+            for r in range(R):
+                s += row[r]
+            out[a] = s
+        return
+    acc = np.zeros(B, np.float64)
+    for a in range(A):
+        acc[:] = 0.0
+        for r in range(R):
+            row = x[(a * R + r) * B:(a * R + r + 1) * B]
+            for b in range(B):
+                acc[b] += row[b]
+        o = out[a * B:(a + 1) * B]
+        for b in range(B):
+            o[b] = acc[b]
+
+
+@njit(**OPTS)
+def prod_arb(x, A, R, B, out):
+    for a in range(A):
+        o = out[a * B:(a + 1) * B]
+        o[:] = 1
+        for r in range(R):
+            row = x[(a * R + r) * B:(a * R + r + 1) * B]
+            for b in range(B):
+                o[b] *= row[b]
+
+
+@njit(**OPTS)
+def extreme_arb(x, A, R, B, out, idx, is_max):
+    """max (is_max) or min over R, with the first index of the extreme; NaN wins."""
+    for a in range(A):
+        for b in range(B):
+            best = x[a * R * B + b]
+            bi = 0
+            for r in range(1, R):
+                v = x[(a * R + r) * B + b]
+                if best != best:
+                    break
+                if v != v or (is_max and v > best) or (not is_max and v < best):
+                    best = v
+                    bi = r
+            out[a * B + b] = best
+            idx[a * B + b] = bi
+
+
+@njit(**OPTS)
+def logsumexp_arb(x, A, R, B, out):
+    for a in range(A):
+        for b in range(B):
+            m = -np.inf
+            for r in range(R):
+                v = x[(a * R + r) * B + b]
+                if v > m or v != v:
+                    m = v
+            if not (m > -np.inf and m < np.inf):  # all -inf, some +inf, or NaN
+                out[a * B + b] = m
+                continue
+            s = 0.0
+            for r in range(R):
+                s += np.exp(x[(a * R + r) * B + b] - m)
+            out[a * B + b] = m + np.log(s)
+
+
+@njit(**OPTS)
+def var_arb(x, A, R, B, correction, out):
+    """Two-pass variance with ``correction`` subtracted from the count."""
+    denom = max(R - correction, 0.0)
+    for a in range(A):
+        for b in range(B):
+            s = 0.0
+            for r in range(R):
+                s += x[(a * R + r) * B + b]
+            mean = s / R
+            q = 0.0
+            for r in range(R):
+                d = x[(a * R + r) * B + b] - mean
+                q += d * d
+            out[a * B + b] = q / denom if denom > 0 else np.nan
+
+
+# ------------------------------------------------------------------ layout helpers
+def normalize_dims(dim, ndim: int, op: str) -> tuple[int, ...]:
+    """``dim`` (None, int or sequence; negatives allowed) as sorted, unique dims."""
+    if dim is None:
+        return tuple(range(ndim))
+    dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+    out = set()
+    for d in dims:
+        d = int(d)
+        lo, hi = (-1, 0) if ndim == 0 else (-ndim, ndim - 1)
+        if not lo <= d <= hi:
+            raise IndexError(f"{op}: dim {d} is out of range for a tensor of {ndim} "
+                             f"dimension(s) (expected in [{lo}, {hi}])")
+        out.add(d % ndim if ndim else 0)
+    return tuple(sorted(out))
+
+
+def arb_view(x: np.ndarray, dims: tuple[int, ...]):
+    """Return (flat contiguous data, A, R, B, reduced shape without the dims)."""
+    nd = x.ndim
+    if nd == 0:
+        return c_contiguous(x).reshape(-1), 1, 1, 1, ()
+    dims = tuple(d for d in dims if d < nd)
+    kept = tuple(d for d in range(nd) if d not in dims)
+    if dims and dims != tuple(range(dims[0], dims[-1] + 1)):
+        x = np.transpose(x, kept + dims)
+        kept_shape = x.shape[:len(kept)]
+        dims = tuple(range(len(kept), nd))
+    else:
+        kept_shape = tuple(x.shape[d] for d in kept)
+    xs = c_contiguous(x)
+    shape = xs.shape
+    if not dims:
+        return xs.reshape(-1), int(np.prod(shape)), 1, 1, kept_shape
+    A = int(np.prod(shape[:dims[0]]))
+    R = int(np.prod(shape[dims[0]:dims[-1] + 1]))
+    B = int(np.prod(shape[dims[-1] + 1:]))
+    return xs.reshape(-1), A, R, B, kept_shape
+
+
+def keep_shape(shape: tuple[int, ...], dims: tuple[int, ...], keepdim: bool,
+               kept_shape: tuple[int, ...]) -> tuple[int, ...]:
+    if not keepdim:
+        return kept_shape
+    return tuple(1 if d in dims else s for d, s in enumerate(shape))

@@ -1,0 +1,11 @@
+"""``nbgrad.nn.functional``: activations, losses, normalisation, convolution, pooling.
+
+The functions live in :mod:`nbgrad.ops.nn` and :mod:`nbgrad.ops.conv` (where their
+kernels are registered); this module is their public address.
+"""
+
+from ..ops import relu, sigmoid, softplus, tanh
+from ..ops.conv import *  # noqa: F403
+from ..ops.nn import *  # noqa: F403
+
+__all__ = ["relu", "sigmoid", "softplus", "tanh"]

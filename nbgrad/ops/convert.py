@@ -1,0 +1,73 @@
+"""Dtype and device conversion: ``to_dtype`` (a differentiable cast) and ``Tensor.to``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..device import Device
+from ..tensor import Tensor
+from .dispatch import apply
+from .registry import get, kernel, op_function
+
+__all__ = ["to", "to_device", "to_dtype"]
+
+
+_TO_DTYPE = get("to_dtype")
+_TO_DEVICE = get("to_device")
+
+
+@kernel("to_dtype")
+def _to_dtype_kernel(x, dtype):
+    return x.astype(dtype)
+
+
+@op_function("to_dtype")
+def to_dtype(self: Tensor, dtype) -> Tensor:
+    """Cast to ``dtype``; the gradient is cast back to the input's dtype."""
+    dt = dtypes.as_dtype(dtype)
+    if self._data.dtype == dt:
+        return self
+    return apply(_TO_DTYPE, (self, dt))
+
+
+@kernel("to_device")
+def _to_device_kernel(x, device):
+    from ..backends import to_device, to_host
+
+    if isinstance(x, np.ndarray):
+        return to_device(x, Device.of(device)) if Device.of(device).type != "cpu" else x.copy()
+    host = to_host(x)
+    return host if Device.of(device).type == "cpu" else to_device(host, Device.of(device))
+
+
+@op_function("to_device")
+def to_device(self: Tensor, device: str) -> Tensor:
+    """Copy to ``device``; the gradient is copied back."""
+    dev = Device.of(device)
+    if self._device == dev:
+        return self
+    out = apply(_TO_DEVICE, (self, str(dev)))
+    out._device = dev
+    return out
+
+
+def to(self: Tensor, *args, **kwargs) -> Tensor:
+    """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or keywords of the same names."""
+    device = kwargs.pop("device", None)
+    dtype = kwargs.pop("dtype", None)
+    if kwargs:
+        raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}")
+    for a in args:
+        if isinstance(a, (Device,)) or (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda")):
+            device = a
+        elif isinstance(a, Tensor):
+            device, dtype = a.device, a.dtype
+        else:
+            dtype = a
+    out = self
+    if dtype is not None:
+        out = to_dtype(out, dtype)
+    if device is not None:
+        out = to_device(out, device)
+    return out

@@ -1,0 +1,164 @@
+"""The op registry: one record per op, kernels per target, bound to the table at import.
+
+Kernels register with :func:`kernel` (``target="cpu"`` or ``"cuda"``); each op's
+Python function registers with :func:`op_function`. :func:`bind_table` loads
+``formulas/derivatives.yaml`` and checks both sides: an entry without a CPU kernel, a
+kernel without an entry, a formula calling an unknown op or naming an unknown
+argument, and a function whose parameters differ from the table's signature all
+raise :class:`~nbgrad.errors.TableError` naming the entry.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+from ..errors import TableError
+from ..table import Entry, load_table
+from ..table.loader import read_raw
+from ..table.schema import Param
+
+TARGETS = ("cpu", "cuda")
+
+
+class OpDef:
+    """Everything nbgrad knows about one op."""
+
+    __slots__ = ("name", "entry", "kernels", "view_of", "fn", "tensor_pos", "list_pos",
+                 "attr_pos", "params", "diff_pos", "save_plan", "save_outputs",
+                 "out_diff", "differentiable", "has_lists", "list_names")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.entry: Entry | None = None
+        self.kernels: dict[str, Callable] = {}
+        self.view_of: int | None = None
+        self.fn: Callable | None = None
+
+    def kernel_for(self, target: str) -> Callable:
+        k = self.kernels.get(target)
+        if k is None:
+            raise RuntimeError(f"op '{self.name}' has no {target.upper()} kernel; "
+                               f"move the tensors to a device that has one")
+        return k
+
+    def bind(self, entry: Entry) -> None:
+        """Precompute what dispatch needs from the table entry."""
+        self.entry = entry
+        params = entry.schema.params
+        self.params: tuple[Param, ...] = params
+        self.tensor_pos = tuple(i for i, p in enumerate(params) if p.is_tensor)
+        self.list_pos = tuple(i for i, p in enumerate(params) if p.is_tensor_list)
+        self.has_lists = bool(self.list_pos)
+        self.list_names = frozenset(params[i].name for i in self.list_pos)
+        self.attr_pos = tuple(i for i, p in enumerate(params)
+                              if not (p.is_tensor or p.is_tensor_list))
+        self.differentiable = not entry.not_differentiable
+        self.diff_pos = frozenset(i for i, p in enumerate(params)
+                                  if p.name in entry.formulas)
+        values, meta = entry.saved_values, entry.saved_meta
+        self.save_plan = tuple(
+            (i, p.name, p.name in values)
+            for i, p in enumerate(params)
+            if (p.is_tensor or p.is_tensor_list) and (p.name in values or p.name in meta))
+        outs = entry.schema.returns
+        self.save_outputs = tuple(
+            (k, name) for k, name in enumerate(outs)
+            if name in values or (len(outs) == 1 and "result" in values))
+        self.out_diff = entry.output_differentiability
+
+
+REGISTRY: dict[str, OpDef] = {}
+_TABLE: dict[str, Entry] = {}
+#: plain functions of metadata (shapes, dims) that formulas may call
+FORMULA_HELPERS: dict[str, Callable] = {}
+
+
+def formula_helper(fn: Callable) -> Callable:
+    """Let formulas call ``fn`` (a function of shapes and dims, never of tensor values)."""
+    FORMULA_HELPERS[fn.__name__] = fn
+    return fn
+
+
+def get(name: str) -> OpDef:
+    op = REGISTRY.get(name)
+    if op is None:
+        op = REGISTRY[name] = OpDef(name)
+    return op
+
+
+def kernel(name: str, target: str = "cpu", view_of: int | None = None):
+    """Register ``fn`` as the ``target`` kernel of op ``name``.
+
+    A kernel takes the op's arguments in table order, with arrays in place of
+    tensors, and returns an array or a tuple of arrays. ``view_of=i`` says the
+    output shares memory with argument ``i`` (it then shares its version counter).
+    """
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}")
+
+    def register(fn: Callable) -> Callable:
+        op = get(name)
+        op.kernels[target] = fn
+        if view_of is not None:
+            op.view_of = view_of
+        return fn
+
+    return register
+
+
+def op_function(name: str):
+    """Register the public Python function of op ``name`` (used by formulas too)."""
+
+    def register(fn: Callable) -> Callable:
+        get(name).fn = fn
+        return fn
+
+    return register
+
+
+def table() -> dict[str, Entry]:
+    return _TABLE
+
+
+def resolve(name: str) -> Callable:
+    op = REGISTRY.get(name)
+    if op is None or op.fn is None:
+        raise TableError(f"formula calls op {name!r}, which has no function")
+    return op.fn
+
+
+def _check_function(op: OpDef, entry: Entry) -> None:
+    if op.fn is None:
+        raise TableError(f"derivatives.yaml entry {entry.name!r}: no nbgrad function "
+                         "implements it")
+    sig = inspect.signature(op.fn)
+    names = [p.name for p in sig.parameters.values() if p.kind != p.VAR_KEYWORD]
+    wanted = list(entry.schema.param_names)
+    if names[:len(wanted)] != wanted:
+        raise TableError(f"derivatives.yaml entry {entry.name!r}: function parameters "
+                         f"{names} differ from the table's {wanted}")
+
+
+def bind_table(path=None) -> dict[str, Entry]:
+    """Load the table and cross-check it against the registered kernels and functions."""
+    from ..tensor import Tensor
+    from . import dispatch
+    names = {str(raw["name"]).split("(")[0].strip()
+             for raw in read_raw(path) if isinstance(raw, dict) and "name" in raw}
+    entries = load_table(is_op=names.__contains__, resolve=resolve,
+                         is_tensor=lambda v: isinstance(v, Tensor), path=path,
+                         helpers=FORMULA_HELPERS)
+    for name, entry in entries.items():
+        op = REGISTRY.get(name)
+        if op is None or "cpu" not in op.kernels:
+            raise TableError(f"derivatives.yaml entry {name!r} has no CPU kernel")
+        _check_function(op, entry)
+        op.bind(entry)
+    for name, op in REGISTRY.items():
+        if op.kernels and name not in entries:
+            raise TableError(f"kernel for op {name!r} has no derivatives.yaml entry")
+    _TABLE.clear()
+    _TABLE.update(entries)
+    dispatch.reset_caches()
+    return entries

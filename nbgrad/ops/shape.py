@@ -1,0 +1,393 @@
+"""Shape ops: views (``reshape``, ``permute``, ``expand``...) and joins (``cat``, ``split``...).
+
+Views return NumPy views of the input and share its version counter; pure data
+movement uses NumPy's copies (there is no arithmetic to compile).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..kernels.layout import c_contiguous
+from ..tensor import Tensor
+from .dispatch import apply, as_tensor, promote_operands
+from .registry import formula_helper, get, kernel, op_function
+
+__all__ = [
+    "broadcast_tensors",
+    "broadcast_to",
+    "cat",
+    "clone",
+    "concatenate",
+    "contiguous",
+    "expand",
+    "expand_as",
+    "flatten",
+    "ones_like",
+    "permute",
+    "reshape",
+    "split",
+    "split_with_sizes",
+    "squeeze",
+    "stack",
+    "swapaxes",
+    "t",
+    "transpose",
+    "unbind",
+    "unsqueeze",
+    "view",
+    "zeros_like",
+]
+
+
+def _ints(size, op: str) -> tuple[int, ...]:
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = size[0]
+    try:
+        return tuple(int(s) for s in size)
+    except TypeError:
+        raise TypeError(f"{op}: sizes must be ints, got {size!r}") from None
+
+
+def _dim(d: int, ndim: int, op: str) -> int:
+    lo, hi = (-1, 0) if ndim == 0 else (-ndim, ndim - 1)
+    if not isinstance(d, (int, np.integer)):
+        raise TypeError(f"{op}: dim must be an int, got {type(d).__name__}")
+    if not lo <= d <= hi:
+        raise IndexError(
+            f"{op}: dim {d} is out of range for a tensor of {ndim} dimension(s) "
+            f"(expected in [{lo}, {hi}])"
+        )
+    return int(d) % max(ndim, 1)
+
+
+# ------------------------------------------------------------------ reshape family
+@kernel("reshape", view_of=0)
+def _reshape_kernel(x, shape):
+    try:
+        return x.reshape(shape)
+    except ValueError:
+        raise RuntimeError(
+            f"reshape: shape {tuple(shape)} is invalid for a tensor of shape "
+            f"{x.shape} ({x.size} elements)"
+        ) from None
+
+
+@op_function("reshape")
+def reshape(self: Tensor, *shape) -> Tensor:
+    """The same elements in a new shape (a view when possible); one size may be -1."""
+    shape = _ints(shape, "reshape")
+    if self.shape == shape:
+        return self
+    return apply(get("reshape"), (self, shape))
+
+
+@kernel("view", view_of=0)
+def _view_kernel(x, size):
+    if not x.flags.c_contiguous:
+        raise RuntimeError("view: the tensor is not contiguous; use reshape()")
+    return _reshape_kernel(x, size)
+
+
+@op_function("view")
+def view(self: Tensor, *size) -> Tensor:
+    """A view with a new shape (the tensor must be contiguous)."""
+    return apply(get("view"), (self, _ints(size, "view")))
+
+
+@kernel("flatten", view_of=0)
+def _flatten_kernel(x, start_dim, end_dim):
+    if x.ndim == 0:
+        return x.reshape(1)
+    shape = (
+        x.shape[:start_dim]
+        + (int(np.prod(x.shape[start_dim : end_dim + 1])),)
+        + x.shape[end_dim + 1 :]
+    )
+    return x.reshape(shape)
+
+
+@op_function("flatten")
+def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    """Merge dimensions ``start_dim..end_dim`` into one."""
+    nd = max(self.ndim, 1)
+    s = _dim(start_dim, nd, "flatten")
+    e = _dim(end_dim, nd, "flatten")
+    if s > e:
+        raise IndexError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+    return apply(get("flatten"), (self, s, e))
+
+
+@kernel("permute", view_of=0)
+def _permute_kernel(x, dims):
+    return np.transpose(x, dims)
+
+
+@formula_helper
+def inverse_permutation(dims) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argsort(dims))
+
+
+@op_function("permute")
+def permute(self: Tensor, *dims) -> Tensor:
+    """Reorder the dimensions."""
+    dims = _ints(dims, "permute")
+    if sorted(d % max(self.ndim, 1) for d in dims) != list(range(self.ndim)):
+        raise RuntimeError(
+            f"permute: dims {dims} are not a permutation of the "
+            f"{self.ndim} dimensions of shape {self.shape}"
+        )
+    return apply(get("permute"), (self, tuple(d % max(self.ndim, 1) for d in dims)))
+
+
+@kernel("transpose", view_of=0)
+def _transpose_kernel(x, dim0, dim1):
+    return np.swapaxes(x, dim0, dim1)
+
+
+@op_function("transpose")
+def transpose(self: Tensor, dim0: int, dim1: int) -> Tensor:
+    """Swap two dimensions."""
+    nd = max(self.ndim, 1)
+    d0, d1 = _dim(dim0, nd, "transpose"), _dim(dim1, nd, "transpose")
+    return apply(get("transpose"), (self, d0, d1))
+
+
+def swapaxes(self: Tensor, axis0: int, axis1: int) -> Tensor:
+    return transpose(self, axis0, axis1)
+
+
+def t(self: Tensor) -> Tensor:
+    """Transpose of a 2-D tensor (0-D and 1-D tensors are returned as they are)."""
+    if self.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor of at most 2 dimensions, got {self.ndim}")
+    return transpose(self, 0, 1) if self.ndim == 2 else self
+
+
+@kernel("squeeze", view_of=0)
+def _squeeze_kernel(x, dim):
+    dims = tuple(i for i, s in enumerate(x.shape) if s == 1 and (dim is None or i in dim))
+    return np.squeeze(x, axis=dims) if dims else x.view()
+
+
+@op_function("squeeze")
+def squeeze(self: Tensor, dim=None) -> Tensor:
+    """Remove dimensions of size 1 (all of them, or those in ``dim``)."""
+    if dim is not None:
+        dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+        dim = tuple(sorted({_dim(d, max(self.ndim, 1), "squeeze") for d in dims}))
+    return apply(get("squeeze"), (self, dim))
+
+
+@kernel("unsqueeze", view_of=0)
+def _unsqueeze_kernel(x, dim):
+    return np.expand_dims(x, dim)
+
+
+@op_function("unsqueeze")
+def unsqueeze(self: Tensor, dim: int) -> Tensor:
+    """Insert a dimension of size 1 at ``dim``."""
+    return apply(get("unsqueeze"), (self, _dim(dim, self.ndim + 1, "unsqueeze")))
+
+
+@kernel("expand", view_of=0)
+def _expand_kernel(x, size):
+    try:
+        return np.broadcast_to(x, size)
+    except ValueError:
+        raise RuntimeError(f"expand: shape {x.shape} cannot be expanded to {tuple(size)}") from None
+
+
+@op_function("expand")
+def expand(self: Tensor, *size) -> Tensor:
+    """Broadcast to ``size`` without copying (-1 keeps a dimension)."""
+    size = _ints(size, "expand")
+    lead = len(size) - self.ndim
+    if lead < 0:
+        raise RuntimeError(f"expand: cannot expand shape {self.shape} to fewer dimensions {size}")
+    size = tuple(self.shape[i - lead] if s == -1 else s for i, s in enumerate(size))
+    if size == self.shape:
+        return self
+    return apply(get("expand"), (self, size))
+
+
+@kernel("broadcast_to", view_of=0)
+def _broadcast_to_kernel(x, size):
+    return _expand_kernel(x, size)
+
+
+@op_function("broadcast_to")
+def broadcast_to(self: Tensor, size) -> Tensor:
+    """NumPy's broadcasting to ``size`` (a read-only view)."""
+    size = _ints((size,), "broadcast_to")
+    if size == self.shape:
+        return self
+    return apply(get("broadcast_to"), (self, size))
+
+
+def expand_as(self: Tensor, other: Tensor) -> Tensor:
+    return expand(self, other.shape)
+
+
+def broadcast_tensors(*tensors: Tensor) -> tuple[Tensor, ...]:
+    shape = np.broadcast_shapes(*(t.shape for t in tensors))
+    return tuple(expand(t, shape) for t in tensors)
+
+
+@kernel("contiguous")
+def _contiguous_kernel(x):
+    return c_contiguous(x) if not x.flags.c_contiguous else x.copy()
+
+
+@op_function("contiguous")
+def contiguous(self: Tensor) -> Tensor:
+    """A C-contiguous copy (or ``self`` when it already is contiguous)."""
+    if self._data.flags.c_contiguous:
+        return self
+    return apply(get("contiguous"), (self,))
+
+
+def clone(self: Tensor) -> Tensor:
+    """A copy that stays in the graph."""
+    return apply(get("contiguous"), (self,))
+
+
+# ------------------------------------------------------------------ joins and splits
+@formula_helper
+def sizes_along(tensors, dim: int) -> tuple[int, ...]:
+    """The size of each tensor along ``dim``."""
+    return tuple(t.shape[dim] for t in tensors)
+
+
+def _check_list(tensors, op: str) -> list[Tensor]:
+    if isinstance(tensors, Tensor) or not isinstance(tensors, Sequence) or not tensors:
+        raise TypeError(f"{op}: expected a non-empty list of tensors")
+    return promote_operands(*tensors)
+
+
+@kernel("cat")
+def _cat_kernel(tensors, dim):
+    try:
+        return np.concatenate(tensors, axis=dim)
+    except ValueError:
+        shapes = [a.shape for a in tensors]
+        raise RuntimeError(f"cat: shapes {shapes} do not match outside dim {dim}") from None
+
+
+@op_function("cat")
+def cat(tensors: Sequence[Tensor], dim: int = 0, *, axis=None) -> Tensor:
+    """Join tensors along an existing dimension."""
+    ts = _check_list(tensors, "cat")
+    d = _dim(dim if axis is None else axis, ts[0].ndim, "cat")
+    return apply(get("cat"), (ts, d))
+
+
+def concatenate(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    return cat(tensors, axis)
+
+
+@kernel("stack")
+def _stack_kernel(tensors, dim):
+    try:
+        return np.stack(tensors, axis=dim)
+    except ValueError:
+        shapes = [a.shape for a in tensors]
+        raise RuntimeError(f"stack: expects tensors of one shape, got {shapes}") from None
+
+
+@op_function("stack")
+def stack(tensors: Sequence[Tensor], dim: int = 0, *, axis=None) -> Tensor:
+    """Join tensors along a new dimension."""
+    ts = _check_list(tensors, "stack")
+    d = _dim(dim if axis is None else axis, ts[0].ndim + 1, "stack")
+    return apply(get("stack"), (ts, d))
+
+
+@kernel("split_with_sizes", view_of=0)
+def _split_with_sizes_kernel(x, split_sizes, dim):
+    if sum(split_sizes) != x.shape[dim]:
+        raise RuntimeError(
+            f"split_with_sizes: sizes {tuple(split_sizes)} do not add up to "
+            f"{x.shape[dim]} (dim {dim} of shape {x.shape})"
+        )
+    bounds = np.cumsum(split_sizes)[:-1]
+    return list(np.split(x, bounds, axis=dim))
+
+
+@op_function("split_with_sizes")
+def split_with_sizes(self: Tensor, split_sizes, dim: int = 0) -> tuple[Tensor, ...]:
+    """Split into pieces of the given sizes along ``dim``."""
+    d = _dim(dim, self.ndim, "split_with_sizes")
+    return apply(get("split_with_sizes"), (self, tuple(int(s) for s in split_sizes), d))
+
+
+def _split_sizes(n: int, split_size_or_sections) -> list[int]:
+    if isinstance(split_size_or_sections, (int, np.integer)):
+        step = int(split_size_or_sections)
+        if step <= 0:
+            raise ValueError(f"split: split_size must be positive, got {step}")
+        return [step] * (n // step) + ([n % step] if n % step else [])
+    return [int(s) for s in split_size_or_sections]
+
+
+@kernel("split", view_of=0)
+def _split_kernel(x, split_size_or_sections, dim):
+    return _split_with_sizes_kernel(x, _split_sizes(x.shape[dim], split_size_or_sections), dim)
+
+
+@op_function("split")
+def split(self: Tensor, split_size_or_sections, dim: int = 0) -> tuple[Tensor, ...]:
+    """Split into pieces of ``split_size`` (int) or of the sizes in a list."""
+    d = _dim(dim, self.ndim, "split")
+    sizes = split_size_or_sections
+    if not isinstance(sizes, (int, np.integer)):
+        sizes = tuple(int(s) for s in sizes)
+    return apply(get("split"), (self, sizes, d))
+
+
+@kernel("unbind", view_of=0)
+def _unbind_kernel(x, dim):
+    return [x[(slice(None),) * dim + (i,)] for i in range(x.shape[dim])]
+
+
+@op_function("unbind")
+def unbind(self: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
+    """The slices along ``dim``, as a tuple."""
+    return apply(get("unbind"), (self, _dim(dim, self.ndim, "unbind")))
+
+
+# ------------------------------------------------------------------ like-factories
+@kernel("zeros_like")
+def _zeros_like_kernel(x):
+    return np.zeros(x.shape, x.dtype)
+
+
+@op_function("zeros_like")
+def zeros_like(self: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
+    """Zeros of the shape (and dtype) of ``self``."""
+    out = apply(get("zeros_like"), (as_tensor(self),))
+    return _finish_like(out, dtype, requires_grad)
+
+
+@kernel("ones_like")
+def _ones_like_kernel(x):
+    return np.ones(x.shape, x.dtype)
+
+
+@op_function("ones_like")
+def ones_like(self: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
+    """Ones of the shape (and dtype) of ``self``."""
+    out = apply(get("ones_like"), (as_tensor(self),))
+    return _finish_like(out, dtype, requires_grad)
+
+
+def _finish_like(out: Tensor, dtype, requires_grad: bool) -> Tensor:
+    if dtype is not None:
+        from .convert import to_dtype
+
+        out = to_dtype(out, dtype)
+    if requires_grad:
+        out.requires_grad_(True)
+    return out

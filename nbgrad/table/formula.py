@@ -1,0 +1,266 @@
+"""Derivative formulas: parsed with ``ast`` against an allowlist, compiled to functions.
+
+A formula such as ``grad * cos(self)`` is parsed into an AST, every node is checked
+against :data:`ALLOWED_NODES`, and operators and calls are rewritten into calls of
+registered ops. The rewritten tree is compiled into a small Python function whose
+parameters are the formula's free names. Nothing from the table is ever passed to
+``eval``: only trees that passed the allowlist are compiled.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import TableError
+
+ALLOWED_NODES = (
+    ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call, ast.Name, ast.Load,
+    ast.Constant, ast.Attribute, ast.Subscript, ast.Tuple, ast.List, ast.IfExp,
+    ast.keyword, ast.BoolOp, ast.And, ast.Or, ast.Not,
+    ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.MatMult, ast.BitAnd, ast.BitOr,
+    ast.USub, ast.UAdd, ast.Invert,
+    ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Is, ast.IsNot,
+)
+
+#: attributes a formula may read from a tensor: metadata only
+ALLOWED_ATTRIBUTES = frozenset({"shape", "ndim", "dtype"})
+
+BINARY_OPS = {
+    ast.Add: ("add", operator.add),
+    ast.Sub: ("sub", operator.sub),
+    ast.Mult: ("mul", operator.mul),
+    ast.Div: ("div", operator.truediv),
+    ast.Pow: ("pow", operator.pow),
+    ast.MatMult: ("matmul", operator.matmul),
+    ast.BitAnd: ("logical_and", operator.and_),
+    ast.BitOr: ("logical_or", operator.or_),
+}
+COMPARE_OPS = {
+    ast.Eq: ("eq", operator.eq),
+    ast.NotEq: ("ne", operator.ne),
+    ast.Lt: ("lt", operator.lt),
+    ast.LtE: ("le", operator.le),
+    ast.Gt: ("gt", operator.gt),
+    ast.GtE: ("ge", operator.ge),
+}
+UNARY_OPS = {ast.USub: ("neg", operator.neg), ast.Invert: ("logical_not", operator.invert)}
+
+#: every op a formula's operators can turn into
+OPERATOR_OPS = frozenset(
+    name for name, _ in [*BINARY_OPS.values(), *COMPARE_OPS.values(), *UNARY_OPS.values()]
+)
+
+
+@dataclass
+class Formula:
+    """One compiled derivative formula."""
+
+    text: str
+    func: Callable
+    arg_names: tuple[str, ...]  # positional parameters of ``func``
+    ops: frozenset[str]  # ops it calls (checked against the registry)
+    tensor_names: frozenset[str] = field(default_factory=frozenset)  # need the values
+    meta_names: frozenset[str] = field(default_factory=frozenset)  # need only metadata
+
+
+def _dotted_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted_name(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+class _Rewriter(ast.NodeTransformer):
+    """Turn operators and op calls into calls of ``__op`` helpers bound at compile time."""
+
+    def __init__(self, where: str, scope: frozenset[str], is_op: Callable[[str], bool],
+                 helpers: frozenset[str]):
+        self.where = where
+        self.scope = scope
+        self.is_op = is_op
+        self.helpers = helpers
+        self.helpers_used: set[str] = set()
+        self._meta_depth = 0
+        self.ops: set[str] = set()
+        self.called: set[str] = set()
+        self.names: set[str] = set()
+        self.value_names: set[str] = set()
+        self.meta_names: set[str] = set()
+
+    def _fail(self, node: ast.AST, why: str) -> TableError:
+        return TableError(f"{self.where}: {why} (at {ast.unparse(node)!r})")
+
+    def _call(self, helper: str, args: list[ast.expr], keywords=()) -> ast.Call:
+        return ast.Call(func=ast.Name(id=helper, ctx=ast.Load()), args=args,
+                        keywords=list(keywords))
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        name, _ = BINARY_OPS[type(node.op)]
+        self.ops.add(name)
+        return self._call(f"__bin_{name}", [self.visit(node.left), self.visit(node.right)])
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        if isinstance(node.op, (ast.UAdd, ast.Not)):
+            node.operand = self.visit(node.operand)
+            return node
+        name, _ = UNARY_OPS[type(node.op)]
+        self.ops.add(name)
+        return self._call(f"__una_{name}", [self.visit(node.operand)])
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        if len(node.ops) != 1:
+            raise self._fail(node, "chained comparisons are not allowed")
+        if isinstance(node.ops[0], (ast.Is, ast.IsNot)):
+            node.left = self.visit(node.left)
+            node.comparators = [self.visit(c) for c in node.comparators]
+            return node
+        name, _ = COMPARE_OPS[type(node.ops[0])]
+        self.ops.add(name)
+        return self._call(f"__bin_{name}", [self.visit(node.left),
+                                            self.visit(node.comparators[0])])
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        name = _dotted_name(node.func)
+        if name is None:
+            raise self._fail(node, "only named ops can be called")
+        if name in self.helpers:
+            # metadata helpers: the tensors they get are read for shapes only
+            self.helpers_used.add(name)
+            self._meta_depth += 1
+            args = [self.visit(a) for a in node.args]
+            self._meta_depth -= 1
+            return self._call(f"__hlp_{name}", args)
+        if not self.is_op(name):
+            raise self._fail(node, f"unknown op {name!r}")
+        self.ops.add(name)
+        self.called.add(name)
+        args = [self.visit(a) for a in node.args]
+        keywords = [ast.keyword(arg=k.arg, value=self.visit(k.value)) for k in node.keywords]
+        if any(k.arg is None for k in node.keywords):
+            raise self._fail(node, "** arguments are not allowed")
+        return self._call(f"__op_{name.replace('.', '__')}", args, keywords)
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        if node.attr not in ALLOWED_ATTRIBUTES:
+            raise self._fail(node, f"attribute {node.attr!r} is not allowed; "
+                             f"use one of {sorted(ALLOWED_ATTRIBUTES)}")
+        if isinstance(node.value, ast.Name):
+            self._use(node.value, meta=True)
+            return node
+        node.value = self.visit(node.value)
+        return node
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        self._use(node, meta=self._meta_depth > 0)
+        return node
+
+    def _use(self, node: ast.Name, meta: bool) -> None:
+        if node.id in ("True", "False", "None"):
+            return
+        if node.id not in self.scope:
+            raise self._fail(node, f"unknown name {node.id!r}")
+        self.names.add(node.id)
+        (self.meta_names if meta else self.value_names).add(node.id)
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        node.value = self.visit(node.value)
+        node.slice = self.visit(node.slice)
+        return node
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        if not isinstance(node, ALLOWED_NODES):
+            raise self._fail(node, f"{type(node).__name__} is not allowed in a formula")
+        return super().generic_visit(node)
+
+    def visit(self, node: ast.AST) -> ast.AST:
+        if not isinstance(node, ALLOWED_NODES):
+            raise self._fail(node, f"{type(node).__name__} is not allowed in a formula")
+        return super().visit(node)
+
+
+def _python_or_op(op_name: str, py_op: Callable, resolve: Callable[[str], Callable],
+                  is_tensor: Callable[[object], bool]) -> Callable:
+    """Apply ``py_op`` to plain values and the registered op when a tensor is involved."""
+    op_fn = None
+
+    def apply(*args):
+        nonlocal op_fn
+        if any(is_tensor(a) for a in args):
+            if op_fn is None:
+                op_fn = resolve(op_name)
+            return op_fn(*args)
+        return py_op(*args)
+
+    apply.__name__ = f"formula_{op_name}"
+    return apply
+
+
+def compile_formula(text: str, where: str, scope: frozenset[str],
+                    is_op: Callable[[str], bool], resolve: Callable[[str], Callable],
+                    is_tensor: Callable[[object], bool],
+                    helpers: dict[str, Callable] | None = None) -> Formula:
+    """Parse, check and compile one formula.
+
+    ``scope`` is the set of names the formula may read; ``is_op`` says whether a
+    called name is a registered op; ``resolve`` returns an op's function (looked up
+    at the first call, so the table can load before the ops). ``helpers`` are plain
+    functions of metadata (shapes, dims) that formulas may call.
+    """
+    helpers = helpers or {}
+    try:
+        tree = ast.parse(str(text).strip(), mode="eval")
+    except SyntaxError as exc:
+        raise TableError(f"{where}: formula {text!r} is not an expression: {exc.msg}") from exc
+    rewriter = _Rewriter(where, scope, is_op, frozenset(helpers))
+    body = rewriter.visit(tree.body)
+    arg_names = tuple(sorted(rewriter.names))
+    func_def = ast.FunctionDef(
+        name="formula",
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in arg_names],
+                           kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=[ast.Return(value=body)],
+        decorator_list=[],
+        type_params=[],
+    )
+    module = ast.fix_missing_locations(ast.Module(body=[func_def], type_ignores=[]))
+    namespace: dict[str, object] = {"__builtins__": {}}
+    for name, py_op in [*BINARY_OPS.values(), *COMPARE_OPS.values()]:
+        namespace[f"__bin_{name}"] = _python_or_op(name, py_op, resolve, is_tensor)
+    for name, py_op in UNARY_OPS.values():
+        namespace[f"__una_{name}"] = _python_or_op(name, py_op, resolve, is_tensor)
+    for name in rewriter.helpers_used:
+        namespace[f"__hlp_{name}"] = helpers[name]
+    for name in rewriter.called:
+        namespace[f"__op_{name.replace('.', '__')}"] = _LazyOp(name, resolve)
+    code = compile(module, filename=f"<formula {where}>", mode="exec")
+    exec(code, namespace)  # the tree passed the allowlist above  # noqa: S102
+    return Formula(
+        text=str(text),
+        func=namespace["formula"],
+        arg_names=arg_names,
+        ops=frozenset(rewriter.ops),
+        tensor_names=frozenset(rewriter.value_names),
+        meta_names=frozenset(rewriter.meta_names - rewriter.value_names),
+    )
+
+
+class _LazyOp:
+    """An op looked up on first use, so formulas compile before the ops are imported."""
+
+    __slots__ = ("name", "resolve", "fn")
+
+    def __init__(self, name: str, resolve: Callable[[str], Callable]):
+        self.name = name
+        self.resolve = resolve
+        self.fn = None
+
+    def __call__(self, *args, **kwargs):
+        fn = self.fn
+        if fn is None:
+            fn = self.fn = self.resolve(self.name)
+        return fn(*args, **kwargs)

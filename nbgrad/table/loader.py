@@ -1,0 +1,137 @@
+"""Load ``formulas/derivatives.yaml`` into :class:`Entry` records."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ..errors import TableError
+from .formula import Formula, compile_formula
+from .schema import Schema, parse_schema
+
+NON_DIFFERENTIABLE = "non_differentiable"
+ENTRY_KEYS = frozenset({"name", "output_differentiability", "not_differentiable", "doc"})
+
+
+@dataclass
+class Entry:
+    """One op of the derivative table."""
+
+    schema: Schema
+    formulas: dict[str, Formula]  # differentiable input -> formula
+    non_differentiable_inputs: frozenset[str]
+    output_differentiability: tuple[bool, ...]
+    not_differentiable: bool
+    doc: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.schema.name
+
+    @property
+    def saved_values(self) -> frozenset[str]:
+        """Names whose values some formula needs (they are saved for backward)."""
+        out: set[str] = set()
+        for f in self.formulas.values():
+            out |= f.tensor_names
+        return frozenset(out)
+
+    @property
+    def saved_meta(self) -> frozenset[str]:
+        """Names of which the formulas only need shape, ndim or dtype."""
+        out: set[str] = set()
+        for f in self.formulas.values():
+            out |= f.meta_names
+        return frozenset(out) - self.saved_values
+
+    @property
+    def called_ops(self) -> frozenset[str]:
+        out: set[str] = set()
+        for f in self.formulas.values():
+            out |= f.ops
+        return frozenset(out)
+
+
+def table_path() -> Path:
+    """Where the table lives: inside the installed package, or beside it in a checkout."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here / "formulas" / "derivatives.yaml",
+                      here.parent / "formulas" / "derivatives.yaml"):
+        if candidate.is_file():
+            return candidate
+    raise TableError(f"formulas/derivatives.yaml not found near {here}")
+
+
+def read_raw(path: Path | None = None) -> list[dict]:
+    text = (path or table_path()).read_text()
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    data = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+    if not isinstance(data, list):
+        raise TableError("derivatives.yaml must be a list of entries")
+    return data
+
+
+def _scope(schema: Schema) -> frozenset[str]:
+    names = set(schema.param_names) | {"grad", "grads", "grad_input_mask", "result"}
+    names |= {f"result{i}" for i in range(max(len(schema.returns), 1))}
+    return frozenset(names)
+
+
+def build_entry(raw: dict, is_op: Callable[[str], bool], resolve: Callable[[str], Callable],
+                is_tensor: Callable[[object], bool],
+                helpers: dict[str, Callable] | None = None) -> Entry:
+    if not isinstance(raw, dict) or "name" not in raw:
+        raise TableError(f"table entry without a name: {raw!r}")
+    schema = parse_schema(str(raw["name"]))
+    where = f"derivatives.yaml entry {schema.name!r}"
+    tensor_params = {p.name for p in schema.tensor_params}
+    not_diff = bool(raw.get("not_differentiable", False))
+    formulas: dict[str, Formula] = {}
+    nondiff_inputs: set[str] = set()
+    scope = _scope(schema)
+    for key, value in raw.items():
+        if key in ENTRY_KEYS:
+            continue
+        if key not in schema.param_names:
+            raise TableError(f"{where}: key {key!r} is neither an argument nor one of "
+                             f"{sorted(ENTRY_KEYS)}")
+        if key not in tensor_params:
+            raise TableError(f"{where}: {key!r} is not a tensor argument; only tensor "
+                             "arguments have formulas")
+        if value == NON_DIFFERENTIABLE:
+            nondiff_inputs.add(key)
+            continue
+        formulas[key] = compile_formula(str(value), f"{where}, input {key!r}", scope,
+                                        is_op, resolve, is_tensor, helpers)
+    if not not_diff:
+        missing = tensor_params - set(formulas) - nondiff_inputs
+        if missing:
+            raise TableError(f"{where}: no formula for tensor input(s) {sorted(missing)}; "
+                             f"give one or write '{NON_DIFFERENTIABLE}'")
+    elif formulas:
+        raise TableError(f"{where}: marked not_differentiable but has formulas")
+    out_diff = raw.get("output_differentiability")
+    if out_diff is None:
+        out_diff = [not not_diff] * len(schema.returns)
+    elif len(out_diff) != len(schema.returns):
+        raise TableError(f"{where}: output_differentiability has {len(out_diff)} entries, "
+                         f"the op has {len(schema.returns)} outputs")
+    return Entry(schema=schema, formulas=formulas,
+                 non_differentiable_inputs=frozenset(nondiff_inputs),
+                 output_differentiability=tuple(bool(x) for x in out_diff),
+                 not_differentiable=not_diff, doc=str(raw.get("doc", "")))
+
+
+def load_table(is_op: Callable[[str], bool], resolve: Callable[[str], Callable],
+               is_tensor: Callable[[object], bool], path: Path | None = None,
+               helpers: dict[str, Callable] | None = None) -> dict[str, Entry]:
+    entries: dict[str, Entry] = {}
+    for raw in read_raw(path):
+        entry = build_entry(raw, is_op, resolve, is_tensor, helpers)
+        if entry.name in entries:
+            raise TableError(f"derivatives.yaml: entry {entry.name!r} appears twice")
+        entries[entry.name] = entry
+    return entries

@@ -1,0 +1,417 @@
+"""The Tensor: an array, its autograd metadata and its version counter."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import dtypes
+from .device import Device, cpu_device
+
+
+class RemovableHandle:
+    """Returned by ``register_hook``; ``remove()`` takes the hook away again."""
+
+    __slots__ = ("_hooks", "_key")
+
+    def __init__(self, hooks: dict, key: int) -> None:
+        self._hooks = hooks
+        self._key = key
+
+    def remove(self) -> None:
+        self._hooks.pop(self._key, None)
+
+
+_hook_ids = iter(range(1, 1 << 62))
+
+
+class Tensor:
+    """An n-dimensional array that can record the operations applied to it."""
+
+    __slots__ = ("_data", "_requires_grad", "grad", "grad_fn", "_output_nr", "_version_box",
+                 "_base", "_accumulator", "_retains_grad", "_hooks", "_device", "__weakref__")
+    __array_priority__ = 1000  # NumPy defers to our operators
+
+    def __init__(self, data: Any, dtype: Any = None, requires_grad: bool = False,
+                 device: Any = "cpu") -> None:
+        from .factories import _to_array
+        self._init_from(_to_array(data, dtype), requires_grad, Device.of(device))
+
+    def _init_from(self, array, requires_grad: bool, device: Device) -> None:
+        self._data = array
+        self.grad = None
+        self.grad_fn = None
+        self._output_nr = 0
+        self._version_box = [0]
+        self._base = None
+        self._accumulator = None
+        self._retains_grad = False
+        self._hooks = None
+        self._device = device
+        self._requires_grad = False
+        if device.type != "cpu":
+            from .backends import to_device
+            self._data = to_device(array, device)
+        if requires_grad:
+            self.requires_grad_(True)
+
+    @classmethod
+    def _make(cls, data, requires_grad: bool = False, grad_fn=None, output_nr: int = 0,
+              device: Device = cpu_device, version_box: list | None = None,
+              base: Tensor | None = None) -> Tensor:
+        """Wrap an array without checks (the fast path used by the ops)."""
+        t = object.__new__(cls)
+        t._data = data
+        t._requires_grad = requires_grad
+        t.grad = None
+        t.grad_fn = grad_fn
+        t._output_nr = output_nr
+        t._version_box = [0] if version_box is None else version_box
+        t._base = base
+        t._accumulator = None
+        t._retains_grad = False
+        t._hooks = None
+        t._device = device
+        return t
+
+    # ------------------------------------------------------------------ attributes
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._data.shape
+
+    @property
+    def ndim(self) -> int:
+        return self._data.ndim
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._data.dtype
+
+    @property
+    def size(self) -> int:
+        """Number of elements (NumPy's ``size``)."""
+        return self._data.size
+
+    def numel(self) -> int:
+        return self._data.size
+
+    def dim(self) -> int:
+        return self._data.ndim
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        self.requires_grad_(flag)
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    @property
+    def output_nr(self) -> int:
+        return self._output_nr
+
+    @property
+    def _version(self) -> int:
+        return self._version_box[0]
+
+    @property
+    def data(self) -> Tensor:
+        return self.detach()
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802 - the conventional name
+        from .ops import permute
+        return permute(self, tuple(range(self.ndim - 1, -1, -1)))
+
+    @property
+    def mT(self) -> Tensor:  # noqa: N802
+        from .ops import transpose
+        return transpose(self, -2, -1)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._device.type == "cuda"
+
+    # ------------------------------------------------------------------ conversion
+    def numpy(self) -> np.ndarray:
+        """The data as a NumPy array (shares memory on the CPU)."""
+        _check_concrete(self, "numpy()")
+        if self._device.type != "cpu":
+            from .backends import to_host
+            return to_host(self._data)
+        return self._data
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        arr = self.numpy()
+        if dtype is not None and arr.dtype != dtype:
+            return arr.astype(dtype)
+        return arr.copy() if copy else arr
+
+    def item(self) -> float | int | bool:
+        _check_concrete(self, "item()")
+        if self.size != 1:
+            raise RuntimeError(f"item(): a tensor with {self.size} elements cannot be "
+                               "converted to a Python scalar")
+        return self.numpy().reshape(()).item()
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iu" or self.size != 1:
+            raise TypeError("only integer tensors of one element can be used as an index")
+        return int(self.item())
+
+    def __bool__(self) -> bool:
+        _check_concrete(self, "a branch on a tensor's value (bool())")
+        if self.size != 1:
+            raise RuntimeError(f"the truth value of a tensor with {self.size} elements is "
+                               "ambiguous; use .any() or .all()")
+        return bool(self.item())
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
+        extras = []
+        if self._device.type != "cpu":
+            extras.append(f"device='{self._device}'")
+        if self.dtype not in (dtypes.float64, dtypes.int64, dtypes.bool_):
+            extras.append(f"dtype={self.dtype.name}")
+        if self.grad_fn is not None:
+            extras.append(f"grad_fn=<{self.grad_fn.name()}>")
+        elif self._requires_grad:
+            extras.append("requires_grad=True")
+        return "tensor(" + ", ".join([body, *extras]) + ")"
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.numpy().__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self.numpy().__dlpack_device__()
+
+    # ------------------------------------------------------------------ autograd
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        if requires_grad and not dtypes.is_floating(self.dtype):
+            raise TypeError(f"only floating-point tensors can require gradients; "
+                            f"this one is {self.dtype}")
+        if not self.is_leaf:
+            if not requires_grad:
+                raise RuntimeError("you can only change requires_grad flags of leaf tensors; "
+                                   "use detach() for a non-leaf tensor")
+            return self
+        self._requires_grad = bool(requires_grad)
+        return self
+
+    def detach(self) -> Tensor:
+        """A tensor sharing this one's data (and version counter), outside the graph."""
+        return Tensor._make(self._data, device=self._device, version_box=self._version_box,
+                            base=self)
+
+    def detach_(self) -> Tensor:
+        self.grad_fn = None
+        self._requires_grad = False
+        return self
+
+    def retain_grad(self) -> None:
+        """Keep ``.grad`` for this non-leaf tensor after backward."""
+        if self.is_leaf:
+            return
+        if not self._requires_grad:
+            raise RuntimeError("retain_grad() on a tensor that does not require grad")
+        if self._retains_grad:
+            return
+        self._retains_grad = True
+        from .autograd.node import register_retain_grad
+        register_retain_grad(self)
+
+    def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> RemovableHandle:
+        """Call ``hook(grad)`` when this tensor's gradient is computed; it may return a new one."""
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that does not require grad")
+        key = next(_hook_ids)
+        if self.grad_fn is None:
+            if self._hooks is None:
+                self._hooks = {}
+            hooks = self._hooks
+        else:
+            hooks = self.grad_fn.tensor_pre_hooks(self._output_nr)
+        hooks[key] = hook
+        return RemovableHandle(hooks, key)
+
+    def backward(self, gradient: Tensor | None = None, retain_graph: bool | None = None,
+                 create_graph: bool = False, inputs=None) -> None:
+        from .autograd import backward
+        backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph,
+                 inputs=inputs)
+
+    # ------------------------------------------------------------------ devices
+    def to(self, *args, **kwargs) -> Tensor:
+        """``to(device)``, ``to(dtype)`` or ``to(device, dtype)``."""
+        from .ops.convert import to
+        return to(self, *args, **kwargs)
+
+    def cpu(self) -> Tensor:
+        return self.to("cpu")
+
+    def cuda(self) -> Tensor:
+        return self.to("cuda")
+
+    def float(self) -> Tensor:
+        return self.to(dtypes.float32)
+
+    def double(self) -> Tensor:
+        return self.to(dtypes.float64)
+
+    def long(self) -> Tensor:
+        return self.to(dtypes.int64)
+
+    def type_as(self, other: Tensor) -> Tensor:
+        return self.to(other.dtype)
+
+    # ------------------------------------------------------------------ operators
+    def __add__(self, other):
+        return _ops().add(self, other)
+
+    def __radd__(self, other):
+        return _ops().add(other, self)
+
+    def __sub__(self, other):
+        return _ops().sub(self, other)
+
+    def __rsub__(self, other):
+        return _ops().sub(other, self)
+
+    def __mul__(self, other):
+        return _ops().mul(self, other)
+
+    def __rmul__(self, other):
+        return _ops().mul(other, self)
+
+    def __truediv__(self, other):
+        return _ops().div(self, other)
+
+    def __rtruediv__(self, other):
+        return _ops().div(other, self)
+
+    def __pow__(self, other):
+        return _ops().pow(self, other)
+
+    def __rpow__(self, other):
+        return _ops().pow(other, self)
+
+    def __matmul__(self, other):
+        return _ops().matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return _ops().matmul(other, self)
+
+    def __floordiv__(self, other):
+        return _ops().floor_divide(self, other)
+
+    def __mod__(self, other):
+        return _ops().remainder(self, other)
+
+    def __neg__(self):
+        return _ops().neg(self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return _ops().abs(self)
+
+    def __invert__(self):
+        return _ops().logical_not(self)
+
+    def __and__(self, other):
+        return _ops().logical_and(self, other)
+
+    def __or__(self, other):
+        return _ops().logical_or(self, other)
+
+    def __xor__(self, other):
+        return _ops().logical_xor(self, other)
+
+    def __eq__(self, other):  # type: ignore[override]
+        return _ops().eq(self, other)
+
+    def __ne__(self, other):  # type: ignore[override]
+        return _ops().ne(self, other)
+
+    def __lt__(self, other):
+        return _ops().lt(self, other)
+
+    def __le__(self, other):
+        return _ops().le(self, other)
+
+    def __gt__(self, other):
+        return _ops().gt(self, other)
+
+    def __ge__(self, other):
+        return _ops().ge(self, other)
+
+    def __getitem__(self, index):
+        return _ops().index(self, index)
+
+    def __setitem__(self, index, value) -> None:
+        _ops().index_put_(self, index, value)
+
+    def __iadd__(self, other):
+        return self.add_(other)
+
+    def __isub__(self, other):
+        return self.sub_(other)
+
+    def __imul__(self, other):
+        return self.mul_(other)
+
+    def __itruediv__(self, other):
+        return self.div_(other)
+
+
+def _ops():
+    from . import ops
+    return ops
+
+
+def _check_concrete(t: Tensor, what: str) -> None:
+    """Raise under ``nbgrad.jit`` tracing, where a tensor's value is not known yet."""
+    tracer = STATE_TRACE.tracer
+    if tracer is not None and tracer.is_traced(t):
+        tracer.refuse(what)
+
+
+class _TraceState(threading.local):
+    tracer = None  # set by nbgrad.jit while it traces this thread's function
+
+
+STATE_TRACE = _TraceState()

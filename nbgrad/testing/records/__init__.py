@@ -1,0 +1,1 @@
+"""Op records, one module per area; each module defines ``RECORDS``."""

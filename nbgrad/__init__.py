@@ -9,7 +9,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from . import autograd, dtypes
+from . import autograd, cache_guard, dtypes, linalg, random
 from .device import Device
 from .dtypes import bool_, float32, float64, int32, int64
 from .errors import TableError, TracerError
@@ -28,8 +28,11 @@ from .factories import (
     tensor,
     zeros,
 )
+from .functional import grad, hessian, hvp, jacobian, jvp, value_and_grad, vjp
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .ops import *  # noqa: F403
 from .tensor import Tensor
 
 bool = bool_  # noqa: A001 - torch's name for the dtype
+
+cache_guard.install()  # before any kernel loads from Numba's disk cache

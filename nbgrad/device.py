@@ -24,7 +24,11 @@ class Device:
             raise RuntimeError(f"unknown device {text!r}; use 'cpu' or 'cuda'")
         if name == "cpu":
             return cpu_device
-        return Device("cuda", int(idx) if idx else 0)
+        index = int(idx) if idx else 0
+        device = _CUDA_DEVICES.get(index)
+        if device is None:  # one object per device, so that identity checks are quick
+            device = _CUDA_DEVICES[index] = Device("cuda", index)
+        return device
 
     def __str__(self) -> str:
         if self.type == "cuda" and self.index:
@@ -49,3 +53,4 @@ class Device:
 
 
 cpu_device = Device("cpu")
+_CUDA_DEVICES: dict[int, Device] = {}

@@ -22,6 +22,8 @@ def _to_array(data: Any, dtype: Any = None) -> np.ndarray:
                         "not None")
     if isinstance(data, str):
         raise TypeError(f"nbgrad.tensor(): cannot make a tensor from the string {data!r}")
+    if not isinstance(data, (np.ndarray, np.generic, list, tuple, int, float, complex)):
+        data = _array_protocol(data)
     try:
         arr = np.array(data, copy=True, order="C")
     except (ValueError, TypeError) as exc:
@@ -34,6 +36,19 @@ def _to_array(data: Any, dtype: Any = None) -> np.ndarray:
     if arr.dtype != target:
         arr = arr.astype(target)
     return arr
+
+
+def _array_protocol(data: Any) -> Any:
+    """An array from an object with ``__array__`` (called without the ``copy`` keyword,
+    which older implementations lack) or, failing that, ``__dlpack__``; else ``data``."""
+    if hasattr(data, "__array__"):
+        try:
+            return np.asarray(data.__array__())
+        except TypeError:
+            return data
+    if hasattr(data, "__dlpack__"):
+        return np.from_dlpack(data)
+    return data
 
 
 def tensor(data: Any, dtype: Any = None, requires_grad: bool = False,
@@ -58,9 +73,24 @@ def from_numpy(array: np.ndarray) -> Tensor:
 
 
 def from_dlpack(obj: Any) -> Tensor:
-    """A tensor sharing memory with any DLPack producer (NumPy, PyTorch, JAX...)."""
-    arr = np.from_dlpack(obj)
-    dtypes.as_dtype(arr.dtype)
+    """A tensor sharing memory with any DLPack producer on the CPU (a NumPy array, a
+    PyTorch tensor, a JAX array...): no copy is made when the data is C-contiguous.
+
+    Writes through either side are seen by the other; JAX arrays come in read-only.
+    A non-contiguous producer is copied. The other direction is ``Tensor.__dlpack__``:
+    ``torch.from_dlpack(t)``, ``np.from_dlpack(t)`` and ``jax.dlpack.from_dlpack(t)``
+    share ``t``'s memory (JAX only for 64-byte-aligned buffers of a dtype it keeps;
+    it copies otherwise, e.g. float64 unless ``jax_enable_x64`` is set).
+    """
+    try:
+        arr = np.from_dlpack(obj)
+    except (TypeError, BufferError, RuntimeError) as exc:
+        raise TypeError(f"from_dlpack: cannot import a {type(obj).__name__} without a copy: "
+                        f"{exc}") from None
+    try:
+        dtypes.as_dtype(arr.dtype)
+    except (TypeError, ValueError):
+        raise TypeError(f"from_dlpack: dtype {arr.dtype} is not supported by nbgrad") from None
     return Tensor._make(arr if arr.flags.c_contiguous else c_contiguous(arr))
 
 

@@ -213,6 +213,8 @@ class Tensor:
         return "tensor(" + ", ".join([body, *extras]) + ")"
 
     def __dlpack__(self, *args, **kwargs):
+        """Export the data without a copy (``torch.from_dlpack(t)``, ``np.from_dlpack(t)``,
+        ``jax.dlpack.from_dlpack(t)``); the importer shares this tensor's memory."""
         return self.numpy().__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self):
@@ -398,9 +400,16 @@ class Tensor:
         return self.div_(other)
 
 
+_OPS = None
+
+
 def _ops():
-    from . import ops
-    return ops
+    """The ops package (imported on first use: it imports this module)."""
+    global _OPS
+    if _OPS is None:
+        from . import ops
+        _OPS = ops
+    return _OPS
 
 
 def _check_concrete(t: Tensor, what: str) -> None:

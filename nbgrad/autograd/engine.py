@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
+from .. import ops as _ops
 from ..grad_mode import set_grad_enabled
 from ..tensor import Tensor
 from .anomaly import ANOMALY, check_gradients
@@ -61,8 +62,7 @@ def nodes_leading_to(roots: Sequence[Node], targets: set[Node]) -> set[Node]:
 def _sum(a: Tensor | None, b: Tensor) -> Tensor:
     if a is None:
         return b
-    from ..ops import add
-    return add(a, b)
+    return _ops.add(a, b)
 
 
 class GraphTask:

@@ -194,3 +194,95 @@ def gradgradcheck(fn: Callable, inputs, grad_outputs=None, eps: float = 1e-6,
 
     return gradcheck(first_order, inputs + tuple(grad_outputs), eps=eps, atol=atol,
                      rtol=rtol, raise_exception=raise_exception, fast_mode=fast_mode)
+
+
+@dataclass
+class JacobianComparison:
+    """What :func:`gradcheck` compares, kept for inspection (used by ``nbgrad check``).
+
+    ``analytic[o][k]`` and ``numeric[o][k]`` are float64 arrays of shape
+    ``(outputs[o].size, inputs[diff_inputs[k]].size)``; both are ``None`` in fast mode,
+    where each mismatch is one random projection ``v^T J u`` (indices left empty).
+    """
+
+    analytic: list[list[np.ndarray]] | None
+    numeric: list[list[np.ndarray]] | None
+    diff_inputs: list[int]
+    out_shapes: list[tuple[int, ...]]
+    in_shapes: list[tuple[int, ...]]
+    out_requires_grad: list[bool]
+    mismatches: list[Mismatch]
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+
+def compare_jacobians(fn: Callable, inputs, eps: float = 1e-6, atol: float = 1e-5,
+                      rtol: float = 1e-3, fast_mode: bool = False,
+                      numeric_inputs=None, seed: int = 0) -> JacobianComparison:
+    """gradcheck's comparison, returned instead of raised: both Jacobians and the entries
+    where they differ (worst first). Same tolerances and rules as :func:`gradcheck`.
+
+    ``numeric_inputs`` (same structure as ``inputs``, e.g. float64 copies of float32
+    inputs) are where the finite differences are taken instead, so a float32 analytic
+    gradient can be checked against an accurate float64 reference.
+    """
+    inputs = _as_tuple(inputs)
+    diff = _diff_inputs(inputs)
+    if not diff:
+        raise ValueError("gradcheck: no input requires grad")
+    outs = _float_outputs(fn(*inputs))
+    shapes = ([tuple(o.shape) for o in outs], [tuple(inputs[i].shape) for i in diff],
+              [o.requires_grad for o in outs])
+    if numeric_inputs is None:
+        if fast_mode:
+            return JacobianComparison(None, None, diff, *shapes,
+                                      _fast_check(fn, inputs, eps, atol, rtol))
+        numeric_inputs = inputs
+    numeric_inputs = _as_tuple(numeric_inputs)
+    if _diff_inputs(numeric_inputs) != diff or len(numeric_inputs) != len(inputs):
+        raise ValueError("compare_jacobians: numeric_inputs must match inputs (same "
+                         "positions requiring grad)")
+    if fast_mode:
+        return JacobianComparison(None, None, diff, *shapes,
+                                  _projection_check(fn, inputs, numeric_inputs, eps, atol,
+                                                    rtol, seed))
+    numeric = numerical_jacobian(fn, numeric_inputs, eps)
+    analytic = analytical_jacobian(fn, inputs)
+    return JacobianComparison(analytic, numeric, diff, *shapes,
+                              _mismatches(analytic, numeric, inputs, outs, atol, rtol))
+
+
+def _projection_check(fn, inputs, numeric_inputs, eps, atol, rtol, seed) -> list[Mismatch]:
+    """Fast mode with the finite differences taken at ``numeric_inputs``."""
+    from . import grad
+    rng = np.random.default_rng(seed)
+    diff = _diff_inputs(inputs)
+    outs = _float_outputs(fn(*inputs))
+    us = [rng.standard_normal(inputs[i].shape) for i in diff]
+    vs = [rng.standard_normal(o.shape) for o in outs]
+    saved = [numeric_inputs[i]._data.copy() for i in diff]
+
+    def shifted(sign: float) -> list[np.ndarray]:
+        for i, u, x in zip(diff, us, saved, strict=True):
+            numeric_inputs[i]._data[...] = x + sign * eps * u
+        try:
+            return _evaluate(fn, numeric_inputs)
+        finally:
+            for i, x in zip(diff, saved, strict=True):
+                numeric_inputs[i]._data[...] = x
+
+    plus, minus = shifted(1.0), shifted(-1.0)
+    found = []
+    for o, (out, v) in enumerate(zip(outs, vs, strict=True)):
+        numeric = float(np.sum(v.reshape(-1) * (plus[o] - minus[o]) / (2 * eps)))
+        analytic = 0.0
+        if out.requires_grad:
+            grads = grad(out, [inputs[i] for i in diff], Tensor._make(v.astype(out.dtype)),
+                         retain_graph=True, allow_unused=True)
+            analytic = float(sum(np.sum(g.numpy().astype(np.float64) * u)
+                                 for g, u in zip(grads, us, strict=True) if g is not None))
+        if not np.isclose(analytic, numeric, rtol=rtol, atol=atol):
+            found.append(Mismatch(o, -1, (), (), analytic, numeric))
+    return found

@@ -69,6 +69,11 @@ UNARY: dict[str, ScalarOp] = {op.name: op for op in [
     _u("polygamma", "polygamma(int(p0), x)", ("n",)),
     _u("clamp", "x if x != x else min(max(x, p0), p1)", ("min", "max"), kind="same"),
     _u("logical_not", "not x", kind="bool"),
+    # activations of nbgrad.nn.functional (public functions in nbgrad/ops/nn.py)
+    _u("leaky_relu", "x if x > 0 else x * p0", ("negative_slope",)),
+    _u("elu", "x if x > 0 else p0 * math.expm1(x)", ("alpha",)),
+    _u("gelu", "gelu(x, p0)", ("approximate",)),
+    _u("silu", "x * sigmoid(x)"),
 ]}
 
 BINARY: dict[str, ScalarOp] = {op.name: op for op in [
@@ -106,7 +111,7 @@ _PRELUDE = '''import math
 import numpy as np
 from numba import njit
 
-from nbgrad.kernels.scalar import digamma, polygamma, relu, sigmoid, sign, softplus
+from nbgrad.kernels.scalar import digamma, gelu, polygamma, relu, sigmoid, sign, softplus
 
 OPTS = dict(cache=True, nogil=True, error_model="numpy")
 '''
@@ -244,39 +249,68 @@ def broadcast_strides(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> np.
     return strides
 
 
+def broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """NumPy's broadcast of ``shapes``, or a RuntimeError naming the op and the shapes."""
+    try:
+        return np.broadcast_shapes(*shapes)
+    except ValueError:
+        listed = " and ".join(str(tuple(s)) for s in shapes)
+        raise RuntimeError(f"{op}: shapes {listed} cannot be broadcast together") from None
+
+
+_FUNCS: dict[str, object] = {}
+
+
+def kernel_function(prefix: str, name: str):
+    """The compiled dispatcher ``<prefix>_<name>`` of the generated module (cached)."""
+    key = f"{prefix}_{name}"
+    fn = _FUNCS.get(key)
+    if fn is None:
+        fn = _FUNCS[key] = getattr(kernels(), key)
+    return fn
+
+
 def run_unary(name: str, x: np.ndarray, out_dtype: np.dtype, p0: float = 0.0,
               p1: float = 0.0) -> np.ndarray:
-    xs = c_contiguous(x)
+    fn = _FUNCS.get("unary_" + name) or kernel_function("unary", name)
+    xs = x if x.flags.c_contiguous else c_contiguous(x)
     out = np.empty(xs.shape, out_dtype)
-    getattr(kernels(), f"unary_{name}")(xs.reshape(-1), out.reshape(-1), p0, p1)
+    fn(xs.reshape(-1), out.reshape(-1), p0, p1)
     return out
 
 
 def run_binary(name: str, a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
-    fn = getattr(kernels(), f"binary_{name}")
-    a = c_contiguous(a)
-    b = c_contiguous(b)
-    if a.shape == b.shape:
-        out = np.empty(a.shape, out_dtype)
+    fn = _FUNCS.get("binary_" + name) or kernel_function("binary", name)
+    if not a.flags.c_contiguous:
+        a = c_contiguous(a)
+    if not b.flags.c_contiguous:
+        b = c_contiguous(b)
+    ashape, bshape = a.shape, b.shape
+    if ashape == bshape:
+        out = np.empty(ashape, out_dtype)
         fn(a.reshape(-1), b.reshape(-1), out.reshape(-1), 0, EMPTY, EMPTY, EMPTY)
         return out
-    shape = np.broadcast_shapes(a.shape, b.shape)
+    if not bshape:  # array op scalar
+        out = np.empty(ashape, out_dtype)
+        fn(a.reshape(-1), b.reshape(1), out.reshape(-1), 1, EMPTY, EMPTY, EMPTY)
+        return out
+    shape = broadcast_shape(name, ashape, bshape)
     out = np.empty(shape, out_dtype)
-    if b.size == 1 and a.shape == shape:
+    if b.size == 1 and ashape == shape:
         fn(a.reshape(-1), b.reshape(-1), out.reshape(-1), 1, EMPTY, EMPTY, EMPTY)
-    elif a.size == 1 and b.shape == shape:
+    elif a.size == 1 and bshape == shape:
         fn(a.reshape(-1), b.reshape(-1), out.reshape(-1), 2, EMPTY, EMPTY, EMPTY)
     elif out.size:
         fn(a.reshape(-1), b.reshape(-1), out.reshape(-1), 3, np.asarray(shape, np.int64),
-           broadcast_strides(a.shape, shape), broadcast_strides(b.shape, shape))
+           broadcast_strides(ashape, shape), broadcast_strides(bshape, shape))
     return out
 
 
 def run_ternary(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray,
                 out_dtype: np.dtype) -> np.ndarray:
-    fn = getattr(kernels(), f"ternary_{name}")
+    fn = kernel_function("ternary", name)
     c, a, b = (c_contiguous(v) for v in (c, a, b))
-    shape = np.broadcast_shapes(c.shape, a.shape, b.shape)
+    shape = broadcast_shape(name, c.shape, a.shape, b.shape)
     out = np.empty(shape, out_dtype)
     if out.size:
         full = shape if shape else (1,)

@@ -5,7 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 
-def c_contiguous(x: np.ndarray) -> np.ndarray:
-    """``x`` itself if C-contiguous, else a C-contiguous copy (0-d stays 0-d, unlike
-    ``np.ascontiguousarray``)."""
+def c_contiguous(x: np.ndarray, dtype=None) -> np.ndarray:
+    """``x`` (cast to ``dtype`` if given) as a C-contiguous array; copies only when needed.
+
+    Unlike ``np.ascontiguousarray``, a 0-d array stays 0-d.
+    """
+    if dtype is not None and x.dtype != dtype:
+        return np.array(x, dtype=dtype, order="C", copy=True)
     return x if x.flags.c_contiguous else np.array(x, order="C", copy=True)

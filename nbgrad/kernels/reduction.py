@@ -98,7 +98,137 @@ def var_arb(x, A, R, B, correction, out):
             for r in range(R):
                 d = x[(a * R + r) * B + b] - mean
                 q += d * d
-            out[a * B + b] = q / denom if denom > 0 else np.nan
+            if denom > 0:
+                out[a * B + b] = q / denom
+            else:  # as torch: x / 0
+                out[a * B + b] = np.nan if q == 0 or q != q else np.inf
+
+
+@njit(**OPTS)
+def extreme_values_arb(x, A, R, B, is_max, out):
+    """amax (is_max) or amin over R; NaN wins (as torch)."""
+    for a in range(A):
+        o = out[a * B:(a + 1) * B]
+        o[:] = x[a * R * B:a * R * B + B]
+        for r in range(1, R):
+            row = x[(a * R + r) * B:(a * R + r + 1) * B]
+            for b in range(B):
+                v = row[b]
+                best = o[b]
+                if best == best and (v != v or (is_max and v > best)
+                                     or (not is_max and v < best)):
+                    o[b] = v
+
+
+@njit(**OPTS)
+def cumsum_arb(x, A, R, B, acc, out):
+    """Running sum over R, accumulated in ``acc`` (float64 or int64, length B)."""
+    for a in range(A):
+        acc[:] = 0
+        for r in range(R):
+            off = (a * R + r) * B
+            for b in range(B):
+                acc[b] += x[off + b]
+                out[off + b] = acc[b]
+
+
+@njit(**OPTS)
+def cumprod_arb(x, A, R, B, acc, out):
+    """Running product over R, accumulated in ``acc`` (float64 or int64, length B)."""
+    for a in range(A):
+        acc[:] = 1
+        for r in range(R):
+            off = (a * R + r) * B
+            for b in range(B):
+                acc[b] *= x[off + b]
+                out[off + b] = acc[b]
+
+
+@njit(**OPTS)
+def scan_arb(bv, av, A, R, B, reverse, acc, out):
+    """The first-order linear recurrence over R.
+
+    Forward: ``h[r] = b[r] + a[r] * h[r-1]`` (``a[0]`` unused). Reverse:
+    ``h[r] = b[r] + a[r+1] * h[r+1]``. The reverse scan with the same ``a`` is the
+    transpose of the forward one, which is what makes the op's gradients scans again.
+    """
+    for a in range(A):
+        if not reverse:
+            for r in range(R):
+                off = (a * R + r) * B
+                for b in range(B):
+                    if r == 0:
+                        acc[b] = bv[off + b]
+                    else:
+                        acc[b] = bv[off + b] + av[off + b] * acc[b]
+                    out[off + b] = acc[b]
+        else:
+            for r in range(R - 1, -1, -1):
+                off = (a * R + r) * B
+                for b in range(B):
+                    if r == R - 1:
+                        acc[b] = bv[off + b]
+                    else:
+                        acc[b] = bv[off + b] + av[off + B + b] * acc[b]
+                    out[off + b] = acc[b]
+
+
+@njit(**OPTS)
+def norm_arb(x, A, R, B, p, out):
+    """The vector p-norm over R. ``p`` is a float: 0, inf, -inf or any other value.
+
+    For p > 0 the values are scaled by the largest magnitude first, so squares of
+    1e200 do not overflow and squares of 1e-200 do not underflow. NaN propagates.
+    """
+    for a in range(A):
+        for b in range(B):
+            base = a * R * B + b
+            if p == 0:
+                acc = 0.0
+                for r in range(R):
+                    if x[base + r * B] != 0:
+                        acc += 1.0
+                out[a * B + b] = acc
+            elif p == np.inf or p == -np.inf:
+                best = abs(x[base])
+                for r in range(1, R):
+                    v = abs(x[base + r * B])
+                    if best != best:
+                        break
+                    if v != v or (p > 0 and v > best) or (p < 0 and v < best):
+                        best = v
+                out[a * B + b] = best
+            elif p < 0:
+                acc = 0.0
+                for r in range(R):
+                    acc += abs(x[base + r * B]) ** p
+                out[a * B + b] = acc ** (1.0 / p)
+            else:
+                scale = 0.0
+                for r in range(R):
+                    v = abs(x[base + r * B])
+                    if v > scale or v != v:
+                        scale = v
+                        if v != v:
+                            break
+                if scale == 0.0 or scale != scale or scale == np.inf:
+                    out[a * B + b] = scale
+                    continue
+                acc = 0.0
+                for r in range(R):
+                    v = abs(x[base + r * B]) / scale
+                    if p == 2.0:
+                        acc += v * v
+                    elif p == 1.0:
+                        acc += v
+                    else:
+                        acc += v ** p
+                if p == 2.0:
+                    out[a * B + b] = scale * np.sqrt(acc)
+                elif p == 1.0:
+                    out[a * B + b] = scale * acc
+                else:
+                    out[a * B + b] = scale * acc ** (1.0 / p)
 
 
 # ------------------------------------------------------------------ layout helpers

@@ -42,43 +42,43 @@ def relu(x):
 
 
 @register_jitable
-def digamma(x):
-    if x == 0.0:
-        return math.copysign(math.inf, -x)
-    if x < 0.0:
-        if x == math.floor(x):
-            return math.nan
-        # reflection: psi(1 - x) - psi(x) = pi * cot(pi * x)
-        return digamma(1.0 - x) - math.pi / math.tan(math.pi * x)
+def _digamma_pos(x):
+    """digamma for x > 0: recurrence up to x >= 10, then the asymptotic series."""
     result = 0.0
-    while x < 6.0:
+    while x < 10.0:
         result -= 1.0 / x
         x += 1.0
     inv = 1.0 / x
     inv2 = inv * inv
     series = inv2 * (1.0 / 12 - inv2 * (1.0 / 120 - inv2 * (1.0 / 252 - inv2 * (
-        1.0 / 240 - inv2 * (1.0 / 132)))))
+        1.0 / 240 - inv2 * (1.0 / 132 - inv2 * (691.0 / 32760 - inv2 / 12))))))
     return result + math.log(x) - 0.5 * inv - series
 
 
 @register_jitable
-def polygamma(n, x):
-    """The n-th derivative of digamma, n >= 1, for x > 0 (NaN elsewhere on poles)."""
-    if n == 0:
-        return digamma(x)
-    if x <= 0.0 and x == math.floor(x):
-        return math.nan
+def digamma(x):
+    """The logarithmic derivative of the gamma function (SciPy's values at the poles)."""
+    if x != x:
+        return x
+    if x == 0.0:
+        return math.copysign(math.inf, -x)
+    if x == math.inf:
+        return math.inf
+    if x < 0.0:
+        if x == math.floor(x):
+            return math.nan
+        # reflection: psi(1 - x) - psi(x) = pi * cot(pi * x)
+        return _digamma_pos(1.0 - x) - math.pi / math.tan(math.pi * x)
+    return _digamma_pos(x)
+
+
+@register_jitable
+def _polygamma_pos(n, x):
+    """polygamma(n, x) for n >= 1 and x > 0."""
     fact = 1.0
     for k in range(2, n + 1):
         fact *= k
     sgn = 1.0 if n % 2 == 1 else -1.0
-    if x < 0.0:
-        # shift right with the recurrence until x > 0
-        acc = 0.0
-        while x < 0.0:
-            acc += 1.0 / x ** (n + 1)
-            x += 1.0
-        return polygamma(n, x) + sgn * fact * acc
     acc = 0.0
     while x < 20.0:
         acc += 1.0 / x ** (n + 1)
@@ -87,11 +87,45 @@ def polygamma(n, x):
     bern = (1.0 / 6, -1.0 / 30, 1.0 / 42, -1.0 / 30, 5.0 / 66, -691.0 / 2730, 7.0 / 6)
     fact_nm1 = fact / n
     tail = fact_nm1 / x ** n + fact / (2.0 * x ** (n + 1))
-    num = fact  # (2k+n-1)! starting at k=1: (n+1)!
-    num *= n + 1
+    num = fact * (n + 1)  # (2k+n-1)! at k=1
     den = 2.0  # (2k)!
     for k in range(1, 8):
         tail += bern[k - 1] * num / (den * x ** (2 * k + n))
         num *= (2 * k + n) * (2 * k + n + 1)
         den *= (2 * k + 1) * (2 * k + 2)
     return sgn * (fact * acc + tail)
+
+
+@register_jitable
+def polygamma(n, x):
+    """The n-th derivative of digamma (n >= 0); infinite at the poles (integers <= 0)."""
+    if n == 0:
+        return digamma(x)
+    if x != x:
+        return x
+    if x <= 0.0 and x == math.floor(x):
+        return math.inf if n % 2 == 1 else -math.inf  # SciPy's values at the poles
+    if x < 0.0:
+        # shift right with psi_n(x) = psi_n(x + 1) - (-1)^(n+1) n! / x^(n+1)
+        fact = 1.0
+        for k in range(2, n + 1):
+            fact *= k
+        sgn = 1.0 if n % 2 == 1 else -1.0
+        acc = 0.0
+        while x < 0.0:
+            acc += 1.0 / x ** (n + 1)
+            x += 1.0
+        return _polygamma_pos(n, x) + sgn * fact * acc
+    return _polygamma_pos(n, x)
+
+
+@register_jitable
+def gelu(x, approximate):
+    """GELU: ``x * Phi(x)`` (``approximate == 0``) or the tanh approximation (otherwise).
+
+    The exact form uses ``erfc`` so that large negative ``x`` keep their relative accuracy.
+    """
+    if approximate != 0:
+        inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        return 0.5 * x * (1.0 + math.tanh(inner))
+    return 0.5 * x * math.erfc(-x * 0.7071067811865476)

@@ -47,10 +47,10 @@ def _install_methods() -> None:
 _install_methods()
 
 
-def zeros(*size, dtype=None):
+def zeros(*size, dtype=None, device="cpu"):
     """Zeros (used when a missing output gradient must be materialised)."""
     from ..factories import zeros as _zeros
-    return _zeros(*size, dtype=dtype)
+    return _zeros(*size, dtype=dtype, device=device)
 
 
 __all__ = sorted(set(__all__))

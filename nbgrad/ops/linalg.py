@@ -1,15 +1,23 @@
-"""Matrix products: ``matmul``, ``mm``, ``bmm``, ``dot``, ``outer``."""
+"""Matrix products and diagonals: ``matmul``, ``mm``, ``bmm``, ``dot``, ``outer``,
+``einsum``, ``diagonal``, ``diag``, ``trace``.
+
+Decompositions and solvers (``nbgrad.linalg``) live in :mod:`nbgrad.ops.decomp`.
+"""
 
 from __future__ import annotations
+
+import string
+from collections.abc import Sequence
 
 import numpy as np
 
 from ..kernels import blas
 from ..tensor import Tensor
 from .dispatch import apply, promote_operands
-from .registry import get, kernel, op_function
+from .registry import formula_helper, get, kernel, op_function
 
-__all__ = ["bmm", "dot", "matmul", "mm", "outer"]
+__all__ = ["bmm", "diag", "diagonal", "diagonal_backward", "dot", "einsum", "matmul", "mm",
+           "outer", "trace"]
 
 
 def _floats(op: str, a, b) -> tuple[Tensor, Tensor]:
@@ -110,3 +118,224 @@ def outer(self: Tensor, vec2: Tensor) -> Tensor:
     if a.ndim != 1 or b.ndim != 1:
         raise _shape_error("outer", a, b, "both must be 1-D")
     return apply(get("outer"), (a, b))
+
+
+# ------------------------------------------------------------------ einsum
+def _parse_equation(equation: str, ndims: Sequence[int]) -> tuple[list[str], str]:
+    """Operand labels and output labels, with ``...`` replaced by fresh letters."""
+    eq = equation.replace(" ", "")
+    if eq.count("->") > 1:
+        raise RuntimeError(f"einsum: equation {equation!r} has more than one '->'")
+    lhs, rhs = eq.split("->") if "->" in eq else (eq, None)
+    terms = lhs.split(",")
+    if len(terms) != len(ndims):
+        raise RuntimeError(f"einsum: equation {equation!r} names {len(terms)} operand(s), "
+                           f"got {len(ndims)}")
+    for term in [*terms, rhs or ""]:
+        rest = term.replace("...", "", 1)
+        if "." in rest or any(c not in string.ascii_letters for c in rest):
+            raise RuntimeError(f"einsum: invalid subscript {term!r} in {equation!r} (use "
+                               "letters and at most one '...')")
+    used = set(eq)
+    fresh = [c for c in string.ascii_letters if c not in used]
+    n_ell = 0
+    for term, nd in zip(terms, ndims, strict=True):
+        named = len(term.replace("...", ""))
+        if ("..." in term and named > nd) or ("..." not in term and named != nd):
+            raise RuntimeError(f"einsum: subscript {term!r} does not fit an operand of "
+                               f"{nd} dimension(s)")
+        if "..." in term:
+            n_ell = max(n_ell, nd - named)
+    ell = "".join(fresh[:n_ell])
+    labels = []
+    for term, nd in zip(terms, ndims, strict=True):
+        k = nd - len(term.replace("...", ""))
+        labels.append(term.replace("...", ell[n_ell - k:]) if "..." in term else term)
+    if rhs is None:
+        counts = {c: lhs.count(c) for c in set(lhs) - {".", ","}}
+        out = ell + "".join(sorted(c for c, n in counts.items() if n == 1))
+    else:
+        out = rhs.replace("...", ell)
+        for c in out:
+            if out.count(c) > 1:
+                raise RuntimeError(f"einsum: output subscript {c!r} appears more than once "
+                                   f"in {equation!r}")
+            if not any(c in t for t in labels):
+                raise RuntimeError(f"einsum: output subscript {c!r} of {equation!r} does not "
+                                   "appear in any operand")
+    return labels, out
+
+
+def _einsum_prepare(tensors: list[Tensor], labels: list[str], out: str
+                    ) -> tuple[list[Tensor], list[str]]:
+    """Take diagonals of repeated labels, broadcast size-1 dimensions and sum labels that
+    only one operand has, so that the remaining contractions are clean."""
+    from .reduction import sum as _sum
+    from .shape import expand
+
+    ts, ls = [], []
+    for t, s in zip(tensors, labels, strict=True):
+        while len(set(s)) < len(s):
+            c = next(c for c in s if s.count(c) > 1)
+            i = s.index(c)
+            j = s.index(c, i + 1)
+            if t.shape[i] != t.shape[j]:
+                raise RuntimeError(f"einsum: subscript {c!r} is repeated in an operand of "
+                                   f"shape {t.shape} with sizes {t.shape[i]} and {t.shape[j]}")
+            t = diagonal(t, 0, i, j)
+            s = s[:i] + s[i + 1:j] + s[j + 1:] + c
+        ts.append(t)
+        ls.append(s)
+    size: dict[str, int] = {}
+    for t, s in zip(ts, ls, strict=True):
+        for c, n in zip(s, t.shape, strict=True):
+            if size.get(c, 1) != 1 and n not in (1, size[c]):
+                shapes = [tuple(x.shape) for x in tensors]
+                raise RuntimeError(f"einsum: subscript {c!r} has sizes {size[c]} and {n} "
+                                   f"(operand shapes {shapes})")
+            size[c] = max(size.get(c, 1), n)
+    for k, (t, s) in enumerate(zip(ts, ls, strict=True)):
+        full = tuple(size[c] for c in s)
+        if full != t.shape:
+            t = expand(t, full)
+        alone = [i for i, c in enumerate(s) if c not in out and
+                 not any(c in other for m, other in enumerate(ls) if m != k)]
+        if alone:
+            t = _sum(t, tuple(alone))
+            s = "".join(c for i, c in enumerate(s) if i not in alone)
+        ts[k], ls[k] = t, s
+    return ts, ls
+
+
+@op_function("einsum")
+def einsum(equation: str, *operands) -> Tensor:
+    """Einstein summation, ``einsum("ij,jk->ik", a, b)`` (``...`` and the implicit output
+    form included; size-1 dimensions broadcast).
+
+    Repeated labels become ``diagonal`` ops, labels of one operand only become ``sum``
+    ops, and the remaining contractions run pairwise, left to right, as the table op
+    ``einsum`` of two operands (one batched BLAS product each).
+    """
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    if not isinstance(equation, str):
+        raise TypeError(f"einsum: the equation must be a str, got {type(equation).__name__}")
+    if not operands:
+        raise RuntimeError("einsum: needs at least one operand")
+    tensors = promote_operands(*operands)
+    if tensors[0].dtype.kind != "f":
+        from .convert import to_dtype
+
+        tensors = [to_dtype(t, "float64") for t in tensors]
+    labels, out = _parse_equation(equation, [t.ndim for t in tensors])
+    ts, ls = _einsum_prepare(tensors, labels, out)
+    acc, acc_labels = ts[0], ls[0]
+    for k in range(1, len(ts)):
+        later = set(out).union(*ls[k + 1:])
+        seen = acc_labels + "".join(c for c in ls[k] if c not in acc_labels)
+        keep = "".join(c for c in seen if c in later)
+        if k == len(ts) - 1:
+            keep = out
+        acc = apply(get("einsum"), (f"{acc_labels},{ls[k]}->{keep}", [acc, ts[k]]))
+        acc_labels = keep
+    if acc_labels != out:
+        from .shape import permute
+
+        acc = permute(acc, tuple(acc_labels.index(c) for c in out))
+    return acc
+
+
+@kernel("einsum")
+def _einsum_kernel(equation, operands):
+    lhs, out = equation.split("->")
+    a_labels, b_labels = lhs.split(",")
+    return blas.einsum_pair(operands[0], a_labels, operands[1], b_labels, out)
+
+
+@formula_helper
+def einsum_grad_equation(equation: str, which: int) -> str:
+    """The equation giving the gradient of operand ``which`` of a two-operand einsum."""
+    lhs, out = equation.split("->")
+    a, b = lhs.split(",")
+    return f"{out},{b}->{a}" if which == 0 else f"{a},{out}->{b}"
+
+
+# ------------------------------------------------------------------ diagonals
+def _dim(d: int, ndim: int, op: str) -> int:
+    if not -ndim <= d < ndim:
+        raise IndexError(f"{op}: dim {d} is out of range for a tensor of {ndim} dimension(s)")
+    return int(d) % ndim
+
+
+def _diag_positions(n1: int, n2: int, offset: int) -> tuple[np.ndarray, np.ndarray]:
+    if offset >= 0:
+        k = max(0, min(n1, n2 - offset))
+        return np.arange(k), np.arange(k) + offset
+    k = max(0, min(n1 + offset, n2))
+    return np.arange(k) - offset, np.arange(k)
+
+
+@kernel("diagonal", view_of=0)
+def _diagonal_kernel(x, offset, dim1, dim2):
+    return np.diagonal(x, offset, dim1, dim2)
+
+
+@op_function("diagonal")
+def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """The diagonal of the (``dim1``, ``dim2``) planes, as a last dimension (a view)."""
+    if self.ndim < 2:
+        raise RuntimeError(f"diagonal: needs at least 2 dimensions, got shape {self.shape}")
+    d1, d2 = _dim(dim1, self.ndim, "diagonal"), _dim(dim2, self.ndim, "diagonal")
+    if d1 == d2:
+        raise RuntimeError(f"diagonal: dim1 and dim2 are the same dimension ({d1})")
+    return apply(get("diagonal"), (self, int(offset), d1, d2))
+
+
+@kernel("diagonal_backward")
+def _diagonal_backward_kernel(g, input_sizes, offset, dim1, dim2):
+    out = np.zeros(tuple(input_sizes), g.dtype)
+    planes = np.moveaxis(out, (dim1, dim2), (-2, -1))
+    rows, cols = _diag_positions(planes.shape[-2], planes.shape[-1], offset)
+    planes[..., rows, cols] = g
+    return out
+
+
+@op_function("diagonal_backward")
+def diagonal_backward(self: Tensor, input_sizes, offset: int, dim1: int, dim2: int) -> Tensor:
+    """Zeros of shape ``input_sizes`` with ``self`` written on a diagonal (the backward
+    of ``diagonal``)."""
+    return apply(get("diagonal_backward"),
+                 (self, tuple(int(s) for s in input_sizes), int(offset), int(dim1), int(dim2)))
+
+
+@kernel("diag")
+def _diag_kernel(x, diagonal):
+    return np.array(np.diag(x, diagonal))  # a copy also for 2-D (np.diag gives a view)
+
+
+@op_function("diag")
+def diag(self: Tensor, diagonal: int = 0) -> Tensor:
+    """A 1-D tensor as the ``diagonal``-th diagonal of a square matrix, or the
+    ``diagonal``-th diagonal of a 2-D tensor as a 1-D tensor."""
+    if self.ndim not in (1, 2):
+        raise RuntimeError(f"diag: expects a 1-D or 2-D tensor, got shape {self.shape}")
+    return apply(get("diag"), (self, int(diagonal)))
+
+
+@kernel("trace")
+def _trace_kernel(x):
+    return np.asarray(np.trace(x))
+
+
+@op_function("trace")
+def trace(self: Tensor) -> Tensor:
+    """Sum of the main diagonal of a 2-D tensor."""
+    if self.ndim != 2:
+        raise RuntimeError(f"trace: expects a 2-D tensor, got shape {self.shape}")
+    return apply(get("trace"), (self,))
+
+
+@formula_helper
+def diagonal_shape(shape) -> tuple[int]:
+    """The shape of the main diagonal of a matrix of ``shape``."""
+    return (min(shape[-2], shape[-1]),)

@@ -1,6 +1,20 @@
-"""Reductions: ``sum``, ``mean`` and the backward helpers ``sum_to`` / ``sum_backward``."""
+"""Reductions, scans and sorting.
+
+``sum, mean, prod, max, min, amax, amin, argmax, argmin, var, std, logsumexp, norm``
+reduce over ``dim`` (an int, a tuple or None for all; ``axis=`` is an alias);
+``cumsum, cumprod`` scan along one dimension; ``sort, topk`` order it. The backward
+helpers ``sum_to``, ``sum_backward``, ``scan`` and ``shift_along`` have table entries
+of their own, so every gradient here is again differentiable.
+
+The kernels reduce the middle axis of an (A, R, B) view of the input (see
+:mod:`nbgrad.kernels.reduction`).
+"""
 
 from __future__ import annotations
+
+import builtins
+import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -8,16 +22,26 @@ from .. import dtypes
 from ..kernels import reduction as rk
 from ..kernels.layout import c_contiguous
 from ..tensor import Tensor
-from .dispatch import apply, as_tensor
+from .dispatch import apply, as_tensor, promote_operands
 from .registry import formula_helper, get, kernel, op_function
 
-__all__ = ["mean", "sum", "sum_backward", "sum_to"]
+__all__ = [
+    "amax", "amin", "argmax", "argmin", "cumprod", "cumsum", "logsumexp", "max", "mean",
+    "min", "norm", "prod", "sort", "std", "sum", "sum_backward", "sum_to", "topk", "var",
+]
 
 
 _SUM = get("sum")
 _MEAN = get("mean")
 _SUM_TO = get("sum_to")
 _SUM_BACKWARD = get("sum_backward")
+
+
+class ValuesIndices(NamedTuple):
+    """What ``max(x, dim)``, ``min(x, dim)``, ``sort`` and ``topk`` return (as torch)."""
+
+    values: Tensor
+    indices: Tensor
 
 
 def _dims_arg(dim, axis):
@@ -36,6 +60,26 @@ def _norm_dim_attr(dim):
     return tuple(int(d) for d in dim)
 
 
+def _one_dim(dim, ndim: int, op: str) -> int:
+    """``dim`` as a non-negative int (0-d tensors accept 0 and -1)."""
+    if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
+        raise TypeError(f"{op}: dim must be an int, got {dim!r}")
+    return rk.normalize_dims(int(dim), ndim, op)[0]
+
+
+def _floating(t: Tensor, op: str) -> None:
+    if t.dtype.kind != "f":
+        raise TypeError(f"{op}: needs a floating tensor, got {t.dtype}")
+
+
+def _nonempty(x: np.ndarray, dims: tuple[int, ...], op: str) -> None:
+    if x.ndim and builtins.any(x.shape[d] == 0 for d in dims):
+        raise IndexError(f"{op}: cannot reduce over a zero-size dimension of a tensor of "
+                         f"shape {x.shape} (dims {dims})")
+    if x.size == 0 and not dims:
+        raise IndexError(f"{op}: cannot reduce an empty tensor of shape {x.shape}")
+
+
 def _sum_dtype(dtype: np.dtype) -> np.dtype:
     return dtypes.int64 if dtype.kind in "biu" else dtype
 
@@ -51,6 +95,17 @@ def reduce_sum(x: np.ndarray, dim, keepdim: bool, op: str = "sum") -> np.ndarray
     return out.reshape(rk.keep_shape(x.shape, dims, keepdim, kept))
 
 
+def _reduce(x: np.ndarray, dim, keepdim: bool, op: str, fn, *extra,
+            out_dtype=None) -> np.ndarray:
+    """Run ``fn(flat, A, R, B, *extra, out)`` over ``dim`` and shape the result."""
+    dims = rk.normalize_dims(dim, x.ndim, op)
+    flat, A, R, B, kept = rk.arb_view(x, dims)
+    out = np.empty(A * B, out_dtype or x.dtype)
+    fn(flat, A, R, B, *extra, out)
+    return out.reshape(rk.keep_shape(x.shape, dims, keepdim, kept))
+
+
+# ------------------------------------------------------------------ metadata helpers
 @formula_helper
 def reduced_count(shape, dim) -> int:
     """How many elements each output of a reduction over ``dim`` combines."""
@@ -58,6 +113,26 @@ def reduced_count(shape, dim) -> int:
     return int(np.prod([shape[d] for d in dims])) if shape else 1
 
 
+@formula_helper
+def var_denom(shape, dim, correction) -> float:
+    """The divisor of a variance: the reduced count less ``correction`` (at least 0)."""
+    return builtins.max(reduced_count(shape, dim) - float(correction), 0.0)
+
+
+@formula_helper
+def norm_kind(p) -> str:
+    """Which gradient formula the p-norm uses: zero, one, two, inf or general."""
+    p = float(p)
+    if p == 0:
+        return "zero"
+    if p == 1:
+        return "one"
+    if p == 2:
+        return "two"
+    return "inf" if math.isinf(p) else "general"
+
+
+# ------------------------------------------------------------------ sum, mean
 @kernel("sum")
 def _sum_kernel(x, dim, keepdim, dtype):
     out = reduce_sum(x, dim, keepdim)
@@ -123,3 +198,448 @@ def _sum_backward_kernel(g, sizes, dim, keepdim):
 def sum_backward(self: Tensor, sizes, dim=None, keepdim: bool = False) -> Tensor:
     """Broadcast the gradient of a reduction over ``dim`` back to shape ``sizes``."""
     return apply(_SUM_BACKWARD, (self, tuple(int(s) for s in sizes), dim, bool(keepdim)))
+
+
+# ------------------------------------------------------------------ prod
+_PROD = get("prod")
+
+
+@kernel("prod")
+def _prod_kernel(x, dim, keepdim, dtype):
+    out_dtype = dtype if dtype is not None else _sum_dtype(x.dtype)
+    if x.dtype != out_dtype:
+        x = x.astype(out_dtype)
+    return _reduce(x, dim, keepdim, "prod", rk.prod_arb)
+
+
+@op_function("prod")
+def prod(self: Tensor, dim=None, keepdim: bool = False, dtype=None, *, axis=None) -> Tensor:
+    """Product over ``dim`` (int, tuple or None). Its gradient is exact with zeros in the
+    input (exclusive products, never a division by the input)."""
+    self = as_tensor(self)
+    dim = _norm_dim_attr(_dims_arg(dim, axis))
+    dt = dtypes.as_dtype(dtype) if dtype is not None else None
+    keepdim = bool(keepdim)
+    if isinstance(dim, int):
+        return apply(_PROD, (self, _one_dim(dim, self.ndim, "prod"), keepdim, dt))
+    if dt is not None and self.dtype != dt:
+        from .convert import to_dtype
+        self = to_dtype(self, dt)
+    dims = rk.normalize_dims(dim, self.ndim, "prod")
+    kept = tuple(s for d, s in enumerate(self.shape) if d not in dims)
+    if dim is None or len(dims) == self.ndim:
+        from .shape import reshape
+        out = apply(_PROD, (reshape(self, -1), 0, False, None))
+    else:
+        out = self
+        for d in reversed(dims):  # one dimension at a time, each exact
+            out = apply(_PROD, (out, d, True, None))
+    shape = rk.keep_shape(self.shape, dims, keepdim, kept)
+    if out.shape != shape:
+        from .shape import reshape
+        out = reshape(out, shape)
+    return out
+
+
+# ------------------------------------------------------------------ max, min, amax, amin
+def _extreme_values(x: np.ndarray, dim, keepdim: bool, op: str, is_max: bool) -> np.ndarray:
+    dims = rk.normalize_dims(dim, x.ndim, op)
+    _nonempty(x, dims, op)
+    return _reduce(x, dims, keepdim, op, rk.extreme_values_arb, is_max)
+
+
+@kernel("max")
+def _max_kernel(x):
+    return _extreme_values(x, None, False, "max", True)
+
+
+@kernel("min")
+def _min_kernel(x):
+    return _extreme_values(x, None, False, "min", False)
+
+
+@kernel("amax")
+def _amax_kernel(x, dim, keepdim):
+    return _extreme_values(x, dim, keepdim, "amax", True)
+
+
+@kernel("amin")
+def _amin_kernel(x, dim, keepdim):
+    return _extreme_values(x, dim, keepdim, "amin", False)
+
+
+def _extreme_dim(x: np.ndarray, dim: int, keepdim: bool, op: str, is_max: bool):
+    dims = rk.normalize_dims(dim, x.ndim, op)
+    _nonempty(x, dims, op)
+    flat, A, R, B, kept = rk.arb_view(x, dims)
+    values = np.empty(A * B, x.dtype)
+    idx = np.empty(A * B, np.int64)
+    rk.extreme_arb(flat, A, R, B, values, idx, is_max)
+    shape = rk.keep_shape(x.shape, dims, keepdim, kept)
+    return values.reshape(shape), idx.reshape(shape)
+
+
+@kernel("max_dim")
+def _max_dim_kernel(x, dim, keepdim):
+    return _extreme_dim(x, dim, keepdim, "max", True)
+
+
+@kernel("min_dim")
+def _min_dim_kernel(x, dim, keepdim):
+    return _extreme_dim(x, dim, keepdim, "min", False)
+
+
+@op_function("max_dim")
+def max_dim(self: Tensor, dim: int, keepdim: bool = False) -> ValuesIndices:
+    """The largest value along ``dim`` and the index of its first occurrence."""
+    self = as_tensor(self)
+    return ValuesIndices(*apply(get("max_dim"),
+                                (self, _one_dim(dim, self.ndim, "max"), bool(keepdim))))
+
+
+@op_function("min_dim")
+def min_dim(self: Tensor, dim: int, keepdim: bool = False) -> ValuesIndices:
+    """The smallest value along ``dim`` and the index of its first occurrence."""
+    self = as_tensor(self)
+    return ValuesIndices(*apply(get("min_dim"),
+                                (self, _one_dim(dim, self.ndim, "min"), bool(keepdim))))
+
+
+def _max_or_min(name: str, self, dim, keepdim, axis, other):
+    self = as_tensor(self)
+    dim = _dims_arg(dim, axis)
+    if isinstance(dim, Tensor) or other is not None:
+        if other is not None and dim is not None:
+            raise TypeError(f"{name}: give dim or other, not both")
+        from .elementwise import maximum, minimum
+        return (maximum if name == "max" else minimum)(self, dim if other is None else other)
+    if dim is None:
+        if keepdim:
+            raise TypeError(f"{name}: keepdim needs dim; use amax/amin to keep dimensions")
+        return apply(get(name), (self,))
+    return (max_dim if name == "max" else min_dim)(self, dim, keepdim)
+
+
+@op_function("max")
+def max(self: Tensor, dim=None, keepdim: bool = False, *, axis=None,  # noqa: A001
+        other: Tensor | None = None):
+    """``max(x)``: the largest value (its gradient split evenly among ties);
+    ``max(x, dim, keepdim=False)``: ``(values, indices)`` along ``dim`` (the gradient
+    goes to the returned index); ``max(x, other)``: :func:`maximum`."""
+    return _max_or_min("max", self, dim, keepdim, axis, other)
+
+
+@op_function("min")
+def min(self: Tensor, dim=None, keepdim: bool = False, *, axis=None,  # noqa: A001
+        other: Tensor | None = None):
+    """``min(x)``, ``min(x, dim, keepdim=False) -> (values, indices)`` or ``min(x, other)``
+    (:func:`minimum`); see :func:`max`."""
+    return _max_or_min("min", self, dim, keepdim, axis, other)
+
+
+@op_function("amax")
+def amax(self: Tensor, dim=None, keepdim: bool = False, *, axis=None) -> Tensor:
+    """The largest values over ``dim`` (int, tuple or None); ties share the gradient."""
+    self = as_tensor(self)
+    return apply(get("amax"), (self, _norm_dim_attr(_dims_arg(dim, axis)), bool(keepdim)))
+
+
+@op_function("amin")
+def amin(self: Tensor, dim=None, keepdim: bool = False, *, axis=None) -> Tensor:
+    """The smallest values over ``dim`` (int, tuple or None); ties share the gradient."""
+    self = as_tensor(self)
+    return apply(get("amin"), (self, _norm_dim_attr(_dims_arg(dim, axis)), bool(keepdim)))
+
+
+# ------------------------------------------------------------------ argmax, argmin
+def _arg_extreme(x: np.ndarray, dim, keepdim: bool, op: str, is_max: bool) -> np.ndarray:
+    if dim is None:
+        _nonempty(x, tuple(range(x.ndim)), op)
+        flat = c_contiguous(x).reshape(-1)
+        values = np.empty(1, x.dtype)
+        idx = np.empty(1, np.int64)
+        rk.extreme_arb(flat, 1, flat.size, 1, values, idx, is_max)
+        return idx.reshape((1,) * x.ndim if keepdim else ())
+    return _extreme_dim(x, dim, keepdim, op, is_max)[1]
+
+
+@kernel("argmax")
+def _argmax_kernel(x, dim, keepdim):
+    return _arg_extreme(x, dim, keepdim, "argmax", True)
+
+
+@kernel("argmin")
+def _argmin_kernel(x, dim, keepdim):
+    return _arg_extreme(x, dim, keepdim, "argmin", False)
+
+
+@op_function("argmax")
+def argmax(self: Tensor, dim=None, keepdim: bool = False, *, axis=None) -> Tensor:
+    """Index of the first largest value along ``dim`` (of the flattened tensor if None)."""
+    self = as_tensor(self)
+    dim = _dims_arg(dim, axis)
+    dim = None if dim is None else _one_dim(dim, self.ndim, "argmax")
+    return apply(get("argmax"), (self, dim, bool(keepdim)))
+
+
+@op_function("argmin")
+def argmin(self: Tensor, dim=None, keepdim: bool = False, *, axis=None) -> Tensor:
+    """Index of the first smallest value along ``dim`` (of the flattened tensor if None)."""
+    self = as_tensor(self)
+    dim = _dims_arg(dim, axis)
+    dim = None if dim is None else _one_dim(dim, self.ndim, "argmin")
+    return apply(get("argmin"), (self, dim, bool(keepdim)))
+
+
+# ------------------------------------------------------------------ var, std
+def _variance(x: np.ndarray, dim, correction: float, keepdim: bool, op: str) -> np.ndarray:
+    dims = rk.normalize_dims(dim, x.ndim, op)
+    if x.size == 0 or (x.ndim and builtins.any(x.shape[d] == 0 for d in dims)):
+        kept = tuple(s for d, s in enumerate(x.shape) if d not in dims)
+        return np.full(rk.keep_shape(x.shape, dims, keepdim, kept), np.nan, x.dtype)
+    return _reduce(x, dims, keepdim, op, rk.var_arb, float(correction))
+
+
+@kernel("var")
+def _var_kernel(x, dim, correction, keepdim):
+    return _variance(x, dim, correction, keepdim, "var")
+
+
+@kernel("std")
+def _std_kernel(x, dim, correction, keepdim):
+    return np.sqrt(_variance(x, dim, correction, keepdim, "std"))
+
+
+def _var_args(op: str, self, dim, correction, keepdim, unbiased, axis):
+    self = as_tensor(self)
+    _floating(self, op)
+    if isinstance(dim, (bool, np.bool_)):  # torch's var(x, unbiased)
+        dim, unbiased = None, bool(dim)
+    if unbiased is not None:
+        correction = 1 if unbiased else 0
+    if isinstance(correction, (bool, np.bool_)):  # var(x, dim, unbiased, keepdim)
+        correction = int(correction)
+    return (self, _norm_dim_attr(_dims_arg(dim, axis)), float(correction), bool(keepdim))
+
+
+@op_function("var")
+def var(self: Tensor, dim=None, correction: float = 1, keepdim: bool = False, *,
+        unbiased: bool | None = None, axis=None) -> Tensor:
+    """Variance over ``dim`` with ``correction`` (1: unbiased, the default; 0: biased).
+    ``unbiased=`` is torch's older spelling; a bool in third place means the same."""
+    return apply(get("var"), _var_args("var", self, dim, correction, keepdim, unbiased, axis))
+
+
+@op_function("std")
+def std(self: Tensor, dim=None, correction: float = 1, keepdim: bool = False, *,
+        unbiased: bool | None = None, axis=None) -> Tensor:
+    """Standard deviation over ``dim``; arguments as :func:`var`. Its gradient is 0
+    where the deviation is 0 (as torch)."""
+    return apply(get("std"), _var_args("std", self, dim, correction, keepdim, unbiased, axis))
+
+
+# ------------------------------------------------------------------ logsumexp, norm
+@kernel("logsumexp")
+def _logsumexp_kernel(x, dim, keepdim):
+    dims = rk.normalize_dims(dim, x.ndim, "logsumexp")
+    if x.ndim and builtins.any(x.shape[d] == 0 for d in dims) or x.size == 0:
+        kept = tuple(s for d, s in enumerate(x.shape) if d not in dims)
+        return np.full(rk.keep_shape(x.shape, dims, keepdim, kept), -np.inf, x.dtype)
+    return _reduce(x, dims, keepdim, "logsumexp", rk.logsumexp_arb)
+
+
+@op_function("logsumexp")
+def logsumexp(self: Tensor, dim=None, keepdim: bool = False, *, axis=None) -> Tensor:
+    """``log(sum(exp(x)))`` over ``dim``, computed stably (the maximum is taken out)."""
+    self = as_tensor(self)
+    if self.dtype.kind != "f":
+        from .convert import to_dtype
+        self = to_dtype(self, dtypes.float64)
+    return apply(get("logsumexp"), (self, _norm_dim_attr(_dims_arg(dim, axis)),
+                                    bool(keepdim)))
+
+
+@kernel("norm")
+def _norm_kernel(x, p, dim, keepdim, dtype):
+    if dtype is not None and x.dtype != dtype:
+        x = x.astype(dtype)
+    dims = rk.normalize_dims(dim, x.ndim, "norm")
+    if math.isinf(p) and (x.size == 0 or builtins.any(x.shape[d] == 0 for d in dims)):
+        raise IndexError(f"norm: the infinity norm of a zero-size reduction is undefined "
+                         f"(shape {x.shape}, dims {dims})")
+    return _reduce(x, dims, keepdim, "norm", rk.norm_arb, float(p))
+
+
+@op_function("norm")
+def norm(self: Tensor, p="fro", dim=None, keepdim: bool = False, dtype=None, *,
+         axis=None) -> Tensor:
+    """The vector p-norm over ``dim``: ``p`` is a number (2 by default, also 1, 0,
+    ``inf``, ``-inf``) or ``'fro'`` (the 2-norm of the entries). At 0 the gradient of
+    the 2-norm is 0, as torch."""
+    self = as_tensor(self)
+    if p is None or p == "fro":
+        p = 2.0
+    elif isinstance(p, str):
+        raise ValueError(f"norm: p={p!r} is not supported; give a number or 'fro'")
+    dt = dtypes.as_dtype(dtype) if dtype is not None else None
+    if (dt or self.dtype).kind != "f":
+        raise TypeError(f"norm: needs a floating tensor or dtype, got {self.dtype}")
+    return apply(get("norm"), (self, float(p), _norm_dim_attr(_dims_arg(dim, axis)),
+                               bool(keepdim), dt))
+
+
+# ------------------------------------------------------------------ scans
+def _scan_along(x: np.ndarray, dim: int, dtype, fn) -> np.ndarray:
+    out_dtype = dtype if dtype is not None else _sum_dtype(x.dtype)
+    if x.dtype != out_dtype:
+        x = x.astype(out_dtype)
+    flat, A, R, B, _ = rk.arb_view(x, (dim,))
+    acc = np.empty(B, np.float64 if out_dtype.kind == "f" else np.int64)
+    out = np.empty(flat.size, out_dtype)
+    fn(flat, A, R, B, acc, out)
+    return out.reshape(x.shape)
+
+
+@kernel("cumsum")
+def _cumsum_kernel(x, dim, dtype):
+    return _scan_along(x, dim, dtype, rk.cumsum_arb)
+
+
+@kernel("cumprod")
+def _cumprod_kernel(x, dim, dtype):
+    return _scan_along(x, dim, dtype, rk.cumprod_arb)
+
+
+def _scan_dim(op: str, self, dim, axis) -> tuple[Tensor, int]:
+    self = as_tensor(self)
+    dim = _dims_arg(dim, axis)
+    if dim is None:
+        raise TypeError(f"{op}: dim is required")
+    return self, _one_dim(dim, self.ndim, op)
+
+
+@op_function("cumsum")
+def cumsum(self: Tensor, dim: int | None = None, *, dtype=None, axis=None) -> Tensor:
+    """Running sums along ``dim``."""
+    self, dim = _scan_dim("cumsum", self, dim, axis)
+    return apply(get("cumsum"), (self, dim, dtypes.as_dtype(dtype) if dtype else None))
+
+
+@op_function("cumprod")
+def cumprod(self: Tensor, dim: int | None = None, *, dtype=None, axis=None) -> Tensor:
+    """Running products along ``dim``; the gradient is exact with zeros in the input."""
+    self, dim = _scan_dim("cumprod", self, dim, axis)
+    return apply(get("cumprod"), (self, dim, dtypes.as_dtype(dtype) if dtype else None))
+
+
+@kernel("scan")
+def _scan_kernel(b, a, dim, reverse):
+    shape = np.broadcast_shapes(b.shape, a.shape)
+    dtype = np.result_type(b, a)
+    b = c_contiguous(np.broadcast_to(b, shape), dtype)
+    a = c_contiguous(np.broadcast_to(a, shape), dtype)
+    fb, A, R, B, _ = rk.arb_view(b, (dim,))
+    fa = rk.arb_view(a, (dim,))[0]
+    out = np.empty(fb.size, dtype)
+    rk.scan_arb(fb, fa, A, R, B, bool(reverse), np.empty(B, dtype), out)
+    return out.reshape(shape)
+
+
+@op_function("scan")
+def scan(self: Tensor, coef: Tensor, dim: int, reverse: bool = False) -> Tensor:
+    """The linear recurrence ``h[k] = self[k] + coef[k] * h[k-1]`` along ``dim``
+    (reversed: ``h[k] = self[k] + coef[k+1] * h[k+1]``); a backward helper."""
+    b, a = promote_operands(self, coef)
+    try:
+        shape = np.broadcast_shapes(b.shape, a.shape)
+    except ValueError:
+        raise RuntimeError(f"scan: shapes {b.shape} and {a.shape} cannot be broadcast "
+                           "together") from None
+    return apply(get("scan"), (b, a, _one_dim(dim, len(shape), "scan"), bool(reverse)))
+
+
+@kernel("shift_along")
+def _shift_along_kernel(x, dim, offset, fill):
+    out = np.full(x.shape, fill, x.dtype)
+    n = x.shape[dim] if x.ndim else 1
+    if abs(offset) >= n:
+        return out
+    if x.ndim == 0:
+        return x.copy()
+    dst = [slice(None)] * x.ndim
+    src = [slice(None)] * x.ndim
+    if offset >= 0:
+        dst[dim], src[dim] = slice(offset, n), slice(0, n - offset)
+    else:
+        dst[dim], src[dim] = slice(0, n + offset), slice(-offset, n)
+    out[tuple(dst)] = x[tuple(src)]
+    return out
+
+
+@op_function("shift_along")
+def shift_along(self: Tensor, dim: int, offset: int, fill: float = 0.0) -> Tensor:
+    """``out[k] = self[k - offset]`` along ``dim``, ``fill`` where that is outside;
+    a backward helper."""
+    self = as_tensor(self)
+    return apply(get("shift_along"),
+                 (self, _one_dim(dim, self.ndim, "shift_along"), int(offset), float(fill)))
+
+
+# ------------------------------------------------------------------ sort, topk
+def _sort_order(x: np.ndarray, descending: bool) -> np.ndarray:
+    """Stable argsort along the last axis; NaN sorts as the largest value (as torch)."""
+    if not descending:
+        return np.argsort(x, axis=-1, kind="stable")
+    if x.dtype.kind == "f":
+        return np.lexsort((-x, ~np.isnan(x)), axis=-1)  # NaN first, then descending
+    if x.dtype.kind == "b":
+        x = x.astype(np.int8)
+    return np.argsort(~x, axis=-1, kind="stable")  # ~x = -x - 1: decreasing, no overflow
+
+
+def _sorted_along(x: np.ndarray, dim: int, descending: bool, k: int | None = None):
+    if x.ndim == 0:
+        return x.copy(), np.zeros((), np.int64)
+    xm = np.moveaxis(x, dim, -1)
+    order = _sort_order(xm, descending)
+    if k is not None:
+        order = order[..., :k]
+    values = np.take_along_axis(xm, order, axis=-1)
+    return (c_contiguous(np.moveaxis(values, -1, dim)),
+            c_contiguous(np.moveaxis(order.astype(np.int64, copy=False), -1, dim)))
+
+
+@kernel("sort")
+def _sort_kernel(x, dim, descending, stable):
+    return _sorted_along(x, dim, descending)
+
+
+@op_function("sort")
+def sort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = False, *,
+         axis=None) -> ValuesIndices:
+    """``(values, indices)`` sorted along ``dim``. The sort is always stable; NaN counts
+    as the largest value. The values' gradient goes back to where each value came from."""
+    self = as_tensor(self)
+    dim = _one_dim(_dims_arg(dim, axis), self.ndim, "sort")
+    return ValuesIndices(*apply(get("sort"), (self, dim, bool(descending), bool(stable))))
+
+
+@kernel("topk")
+def _topk_kernel(x, k, dim, largest, sorted):  # noqa: A002 - torch's name
+    return _sorted_along(x, dim, largest, k)
+
+
+@op_function("topk")
+def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True,
+         sorted: bool = True, *, axis=None) -> ValuesIndices:  # noqa: A002 - torch's name
+    """The ``k`` largest (or smallest) values along ``dim`` and their indices, always in
+    sorted order; ties keep their original order, NaN counts as the largest value."""
+    self = as_tensor(self)
+    dim = _one_dim(_dims_arg(dim, axis), self.ndim, "topk")
+    n = self.shape[dim] if self.ndim else 1
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"topk: k must be an int, got {k!r}")
+    if not 0 <= k <= n:
+        raise RuntimeError(f"topk: k={k} is out of range for dim {dim} of size {n} "
+                           f"(shape {self.shape})")
+    return ValuesIndices(*apply(get("topk"), (self, int(k), dim, bool(largest), bool(sorted))))

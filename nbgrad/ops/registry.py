@@ -26,7 +26,8 @@ class OpDef:
 
     __slots__ = ("name", "entry", "kernels", "view_of", "fn", "tensor_pos", "list_pos",
                  "attr_pos", "params", "diff_pos", "save_plan", "save_outputs",
-                 "out_diff", "differentiable", "has_lists", "list_names")
+                 "out_diff", "differentiable", "has_lists", "list_names", "record_plan",
+                 "attr_names")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -66,6 +67,11 @@ class OpDef:
             (k, name) for k, name in enumerate(outs)
             if name in values or (len(outs) == 1 and "result" in values))
         self.out_diff = entry.output_differentiability
+        #: (position, name, is_list, has_formula) of every tensor parameter
+        self.record_plan = tuple((i, p.name, p.is_tensor_list, p.name in entry.formulas)
+                                 for i, p in enumerate(params)
+                                 if p.is_tensor or p.is_tensor_list)
+        self.attr_names = tuple((i, params[i].name) for i in self.attr_pos)
 
 
 REGISTRY: dict[str, OpDef] = {}

@@ -19,22 +19,30 @@ __all__ = [
     "broadcast_tensors",
     "broadcast_to",
     "cat",
+    "chunk",
     "clone",
     "concatenate",
     "contiguous",
     "expand",
     "expand_as",
     "flatten",
+    "flip",
     "ones_like",
+    "pad",
     "permute",
+    "repeat",
     "reshape",
+    "roll",
     "split",
     "split_with_sizes",
     "squeeze",
     "stack",
     "swapaxes",
     "t",
+    "tile",
     "transpose",
+    "tril",
+    "triu",
     "unbind",
     "unsqueeze",
     "view",
@@ -390,4 +398,245 @@ def _finish_like(out: Tensor, dtype, requires_grad: bool) -> Tensor:
         out = to_dtype(out, dtype)
     if requires_grad:
         out.requires_grad_(True)
+    return out
+
+
+# ------------------------------------------------------------------ flip, roll, chunk
+def _dims_or_axis(dims, axis, op: str):
+    if axis is not None:
+        if dims:
+            raise TypeError(f"{op}: give dims or axis, not both")
+        dims = (axis,)
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = tuple(dims[0])
+    return dims
+
+
+@formula_helper
+def negated(values) -> tuple[int, ...]:
+    """``values`` with every entry negated (shifts of ``roll``, widths of ``pad``)."""
+    return tuple(-int(v) for v in values)
+
+
+@kernel("flip")
+def _flip_kernel(x, dims):
+    return c_contiguous(np.flip(x, dims)) if dims else x.copy()
+
+
+@op_function("flip")
+def flip(self: Tensor, *dims, axis=None) -> Tensor:
+    """Reverse the order of elements along ``dims`` (a copy)."""
+    dims = _dims_or_axis(dims, axis, "flip")
+    nd = max(self.ndim, 1)
+    norm = tuple(_dim(d, nd, "flip") for d in _ints(dims, "flip"))
+    if len(set(norm)) != len(norm):
+        raise RuntimeError(f"flip: dims {tuple(dims)} name a dimension twice")
+    return apply(get("flip"), (self, norm if self.ndim else ()))
+
+
+@kernel("roll")
+def _roll_kernel(x, shifts, dims):
+    return np.roll(x, shifts, axis=dims)
+
+
+@op_function("roll")
+def roll(self: Tensor, shifts, dims=None, *, axis=None) -> Tensor:
+    """Shift elements circularly by ``shifts`` along ``dims`` (over the flattened tensor
+    when ``dims`` is None)."""
+    if axis is not None:
+        if dims is not None:
+            raise TypeError("roll: give dims or axis, not both")
+        dims = axis
+    shifts = (shifts,) if isinstance(shifts, (int, np.integer)) else _ints((shifts,), "roll")
+    if dims is None:
+        if len(shifts) != 1:
+            raise RuntimeError(f"roll: without dims, shifts must be one int, got {shifts}")
+        return apply(get("roll"), (self, shifts, None))
+    dims = (dims,) if isinstance(dims, (int, np.integer)) else _ints((dims,), "roll")
+    if len(dims) != len(shifts):
+        raise RuntimeError(f"roll: shifts {shifts} and dims {dims} differ in length")
+    dims = tuple(_dim(d, max(self.ndim, 1), "roll") for d in dims)
+    return apply(get("roll"), (self, tuple(int(s) for s in shifts), dims))
+
+
+@kernel("chunk", view_of=0)
+def _chunk_kernel(x, chunks, dim):
+    n = x.shape[dim]
+    if n == 0:
+        return [x[...]]
+    step = -(-n // chunks)
+    return _split_with_sizes_kernel(x, _split_sizes(n, step), dim)
+
+
+@op_function("chunk")
+def chunk(self: Tensor, chunks: int, dim: int = 0, *, axis=None) -> tuple[Tensor, ...]:
+    """Split into ``chunks`` pieces of ``ceil(size / chunks)`` along ``dim`` (the last may
+    be smaller, and there may be fewer pieces)."""
+    if not isinstance(chunks, (int, np.integer)) or chunks <= 0:
+        raise ValueError(f"chunk: chunks must be a positive int, got {chunks!r}")
+    d = _dim(dim if axis is None else axis, self.ndim, "chunk")
+    return apply(get("chunk"), (self, int(chunks), d))
+
+
+# ------------------------------------------------------------------ repeat, tile
+@formula_helper
+def repeat_grad_shape(repeats, shape) -> tuple[int, ...]:
+    """(r0, s0, r1, s1, ...): the output of ``repeat`` with each repeat split off."""
+    padded = (1,) * (len(repeats) - len(shape)) + tuple(shape)
+    return tuple(x for r, s in zip(repeats, padded, strict=True) for x in (int(r), int(s)))
+
+
+@formula_helper
+def repeat_grad_dims(repeats, shape) -> tuple[int, ...]:
+    """The repeat axes of :func:`repeat_grad_shape` (summed in the gradient)."""
+    return tuple(range(0, 2 * len(repeats), 2))
+
+
+def _tile_array(x: np.ndarray, reps) -> np.ndarray:
+    lead = len(reps) - x.ndim
+    return np.tile(x.reshape((1,) * lead + x.shape), reps)
+
+
+@kernel("repeat")
+def _repeat_kernel(x, repeats):
+    return _tile_array(x, repeats)
+
+
+def _check_reps(reps, op: str) -> tuple[int, ...]:
+    if any(r < 0 for r in reps):
+        raise RuntimeError(f"{op}: repeats must be non-negative, got {reps}")
+    return reps
+
+
+@op_function("repeat")
+def repeat(self: Tensor, *repeats) -> Tensor:
+    """Tile the tensor: ``x.repeat(2, 3)`` repeats rows twice and columns three times
+    (torch's ``repeat``; extra leading repeats add dimensions)."""
+    reps = _check_reps(_ints(repeats, "repeat"), "repeat")
+    if len(reps) < self.ndim:
+        raise RuntimeError(f"repeat: {len(reps)} repeats cannot be fewer than the "
+                           f"{self.ndim} dimensions of shape {self.shape}")
+    if not reps:
+        return clone(self)
+    return apply(get("repeat"), (self, reps))
+
+
+@kernel("tile")
+def _tile_kernel(x, dims):
+    return _tile_array(x, dims)
+
+
+@op_function("tile")
+def tile(self: Tensor, *dims) -> Tensor:
+    """Like :func:`repeat`, but fewer repeats than dimensions are padded with ones in front
+    (``torch.tile`` / ``np.tile``)."""
+    reps = _check_reps(_ints(dims, "tile"), "tile")
+    reps = (1,) * (self.ndim - len(reps)) + reps
+    if not reps:
+        return clone(self)
+    return apply(get("tile"), (self, reps))
+
+
+# ------------------------------------------------------------------ tril, triu
+def _check_matrix(self: Tensor, op: str) -> None:
+    if self.ndim < 2:
+        raise RuntimeError(f"{op}: expects a tensor of at least 2 dimensions, got shape "
+                           f"{self.shape}")
+
+
+@kernel("tril")
+def _tril_kernel(x, diagonal):
+    return np.tril(x, diagonal)
+
+
+@op_function("tril")
+def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+    """The lower triangle (on and below the ``diagonal``-th diagonal) of the last two
+    dimensions; the rest is zero."""
+    _check_matrix(self, "tril")
+    return apply(get("tril"), (self, int(diagonal)))
+
+
+@kernel("triu")
+def _triu_kernel(x, diagonal):
+    return np.triu(x, diagonal)
+
+
+@op_function("triu")
+def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+    """The upper triangle (on and above the ``diagonal``-th diagonal) of the last two
+    dimensions; the rest is zero."""
+    _check_matrix(self, "triu")
+    return apply(get("triu"), (self, int(diagonal)))
+
+
+# ------------------------------------------------------------------ pad
+_PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def _pad_pairs(pad, ndim: int) -> list[tuple[int, int, int]]:
+    """(dim, before, after) for each padded dimension, from torch's last-dim-first tuple."""
+    return [(ndim - 1 - k, int(pad[2 * k]), int(pad[2 * k + 1])) for k in range(len(pad) // 2)]
+
+
+@kernel("pad")
+def _pad_kernel(x, pad, mode, value):
+    if mode != "constant":
+        raise RuntimeError(f"pad: the kernel only pads in constant mode, got {mode!r}")
+    pairs = _pad_pairs(pad, x.ndim)
+    shape = list(x.shape)
+    src = [slice(None)] * x.ndim
+    dst = [slice(None)] * x.ndim
+    for d, lo, hi in pairs:
+        n = x.shape[d]
+        shape[d] = n + lo + hi
+        src[d] = slice(max(-lo, 0), n - max(-hi, 0))
+        dst[d] = slice(max(lo, 0), max(lo, 0) + max(n - max(-lo, 0) - max(-hi, 0), 0))
+    out = np.full(tuple(shape), 0 if value is None else value, x.dtype)
+    out[tuple(dst)] = x[tuple(src)]
+    return out
+
+
+def _pad_index(n: int, lo: int, hi: int, mode: str) -> np.ndarray:
+    i = np.arange(-lo, n + hi)
+    if mode == "replicate":
+        return np.clip(i, 0, n - 1)
+    if mode == "circular":
+        return i % n
+    i = np.abs(i)  # reflect: mirror without repeating the edge
+    return np.where(i > n - 1, 2 * (n - 1) - i, i)
+
+
+@op_function("pad")
+def pad(self: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:
+    """Pad with ``pad = (left_last, right_last, left_2nd_last, ...)`` (torch's order, last
+    dimension first). ``mode`` is ``"constant"`` (``value``, default 0; negative widths
+    crop), ``"reflect"``, ``"replicate"`` or ``"circular"``."""
+    pad = _ints((pad,), "pad")
+    if len(pad) % 2 or len(pad) > 2 * self.ndim:
+        raise RuntimeError(f"pad: the padding {pad} must have an even length of at most "
+                           f"2 * {self.ndim} (shape {self.shape})")
+    if mode not in _PAD_MODES:
+        raise ValueError(f"pad: mode must be one of {_PAD_MODES}, got {mode!r}")
+    pairs = _pad_pairs(pad, self.ndim)
+    for d, lo, hi in pairs:
+        n = self.shape[d]
+        if n + lo + hi < 0:
+            raise RuntimeError(f"pad: padding ({lo}, {hi}) of dim {d} leaves a negative size "
+                               f"for shape {self.shape}")
+        if mode != "constant":
+            limit = n - 1 if mode == "reflect" else (n if mode == "circular" else None)
+            if min(lo, hi) < 0 or n == 0 or (limit is not None and max(lo, hi) > limit):
+                raise RuntimeError(f"pad: {mode} padding ({lo}, {hi}) of dim {d} does not "
+                                   f"fit the size {n} (shape {self.shape})")
+    if mode == "constant":
+        return apply(get("pad"), (self, pad, mode, None if value is None else float(value)))
+    if value not in (None, 0):
+        raise RuntimeError(f"pad: value is only used in constant mode (mode={mode!r})")
+    from .indexing import index
+
+    out = self
+    for d, lo, hi in pairs:
+        if lo or hi:
+            out = index(out, (slice(None),) * d + (_pad_index(self.shape[d], lo, hi, mode),))
     return out

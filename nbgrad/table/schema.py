@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import TableError
 
-_SIGNATURE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\((.*)\)\s*(?:->\s*(.+))?$")
+_SIGNATURE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\((.*?)\)\s*(?:->\s*(.+))?$")
 _PARAM = re.compile(
     r"^([A-Za-z][A-Za-z0-9_]*(?:\[\d*\])?\??)\s+([A-Za-z_][A-Za-z0-9_]*)(?:\s*=\s*(.+))?$")
 
@@ -32,22 +32,18 @@ class Param:
     default: object = None
     has_default: bool = False
     kw_only: bool = False
+    # derived from ``type`` once (dispatch reads these on every call)
+    base_type: str = field(init=False)
+    optional: bool = field(init=False)
+    is_tensor: bool = field(init=False)
+    is_tensor_list: bool = field(init=False)
 
-    @property
-    def base_type(self) -> str:
-        return re.sub(r"\[\d+\]", "[]", self.type.rstrip("?"))
-
-    @property
-    def optional(self) -> bool:
-        return self.type.endswith("?")
-
-    @property
-    def is_tensor(self) -> bool:
-        return self.base_type == "Tensor"
-
-    @property
-    def is_tensor_list(self) -> bool:
-        return self.base_type == "Tensor[]"
+    def __post_init__(self) -> None:
+        base = re.sub(r"\[\d+\]", "[]", self.type.rstrip("?"))
+        object.__setattr__(self, "base_type", base)
+        object.__setattr__(self, "optional", self.type.endswith("?"))
+        object.__setattr__(self, "is_tensor", base == "Tensor")
+        object.__setattr__(self, "is_tensor_list", base == "Tensor[]")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,44 @@
+"""``nbgrad ops``: the derivative table as a list, one row per entry."""
+
+from __future__ import annotations
+
+
+def table_rows() -> list[dict]:
+    """Op, differentiable inputs, formulas, double-backward coverage and CUDA kernel per entry.
+
+    Double backward counts as covered when the op's record runs gradgradcheck on it
+    (``grad=True`` and ``second_order=True``); entries marked not differentiable say so.
+    """
+    from ..ops.registry import REGISTRY, table
+    from ..testing import all_records
+    records = all_records()
+    rows = []
+    for name, entry in table().items():
+        rec = records.get(name)
+        if entry.not_differentiable:
+            double = "n/a"
+        elif rec is None:
+            double = "no record"
+        elif rec.grad and rec.second_order:
+            double = "yes"
+        else:
+            double = "no"
+        outputs = list(entry.schema.returns)
+        rows.append({
+            "op": name,
+            "signature": _signature(entry),
+            "differentiable_inputs": [p for p in entry.schema.param_names
+                                      if p in entry.formulas],
+            "non_differentiable_inputs": sorted(entry.non_differentiable_inputs),
+            "formulas": {k: f.text for k, f in entry.formulas.items()},
+            "differentiable": not entry.not_differentiable,
+            "outputs": outputs,
+            "double_backward": double,
+            "cuda": "cuda" in REGISTRY[name].kernels,
+        })
+    return rows
+
+
+def _signature(entry) -> str:
+    params = ", ".join(p.name for p in entry.schema.params)
+    return f"{entry.name}({params})"

@@ -1,0 +1,122 @@
+"""The CUDA backend: ``@cuda.jit`` kernels (numba-cuda, ``pip install 'nbgrad[cuda]'``).
+
+Importing :mod:`nbgrad` does not import this package's kernels (``numba.cuda`` takes
+about 0.4 s to import): :func:`register` runs when the first CUDA array is made
+(:func:`nbgrad.backends.to_device`) or when coverage is asked for. It adds a
+``"cuda"`` kernel to every op of the derivative table that has one here; an op
+without one raises a ``RuntimeError`` naming it on CUDA tensors (never a silent
+round trip through the CPU).
+
+Without a GPU, set ``NUMBA_ENABLE_CUDASIM=1`` before anything imports
+``numba.cuda`` to run the same kernels in Numba's CUDA simulator (slow: one Python
+thread per CUDA thread; use small arrays).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+_REGISTERED = False
+
+
+def simulated() -> bool:
+    """Whether Numba's CUDA simulator is requested (``NUMBA_ENABLE_CUDASIM=1``)."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def gpu_visible() -> bool:
+    """Whether an NVIDIA GPU device node exists (checked without initialising CUDA)."""
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/dev/dxg")
+
+
+def use_simulator_if_no_gpu() -> bool:
+    """Turn Numba's CUDA simulator on unless a GPU is visible; returns whether it is on.
+
+    Numba reads ``NUMBA_ENABLE_CUDASIM`` into its config (reloaded here) and
+    ``numba.cuda`` picks the simulator or the driver when it is imported: call this
+    before that (test suites call it at collection time). A value already in the
+    environment is respected. Raises ``RuntimeError`` if ``numba.cuda`` was already
+    imported in the other mode.
+    """
+    if "NUMBA_ENABLE_CUDASIM" not in os.environ and not gpu_visible():
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+        if "numba" in sys.modules:  # numba read its environment when it was imported
+            from numba.core import config
+            config.reload_config()
+    if "numba.cuda" in sys.modules:
+        from numba.cuda.core import config
+        if bool(config.ENABLE_CUDASIM) != simulated():
+            raise RuntimeError("numba.cuda was imported before the CUDA simulator could be "
+                               "chosen; set NUMBA_ENABLE_CUDASIM=1 in the environment")
+    return simulated()
+
+
+def register() -> list[str]:
+    """Register the CUDA kernels with the op registry (once); returns the covered ops."""
+    global _REGISTERED
+    from ..ops.registry import REGISTRY
+    from .ops import KERNELS
+    covered = []
+    for name, fn in KERNELS.items():
+        op = REGISTRY.get(name)
+        if op is None or "cpu" not in op.kernels:
+            continue  # not an op of this table (yet)
+        op.kernels["cuda"] = _accepting_host_data(op, fn)
+        covered.append(name)
+    _REGISTERED = True
+    return sorted(covered)
+
+
+def _accepting_host_data(op, fn):
+    """``fn``, uploading NumPy tensor arguments first.
+
+    Tensors on the CUDA device normally hold CUDA data, but the constants made for
+    Python scalar operands (``x * 2``) are 0-d host arrays; they are uploaded once
+    (see :func:`nbgrad.cuda.array.as_cuda`).
+    """
+    import numpy as np
+
+    from .array import as_cuda
+    positions = op.tensor_pos
+    list_positions = op.list_pos
+
+    def kernel(*args):
+        if any(isinstance(args[i], np.ndarray) for i in positions) or any(
+                isinstance(t, np.ndarray) for i in list_positions for t in args[i]):
+            args = list(args)
+            for i in positions:
+                if isinstance(args[i], np.ndarray):
+                    args[i] = as_cuda(args[i])
+            for i in list_positions:
+                args[i] = [as_cuda(t) if isinstance(t, np.ndarray) else t for t in args[i]]
+        return fn(*args)
+
+    kernel.__name__ = kernel.__qualname__ = getattr(fn, "__name__", op.name)
+    kernel.__doc__ = fn.__doc__
+    kernel.cuda_kernel = fn
+    return kernel
+
+
+def ensure_registered() -> None:
+    if not _REGISTERED:
+        register()
+
+
+def coverage() -> dict[str, bool]:
+    """Every table op, and whether it has a CUDA kernel (registers them first).
+
+    Without numba-cuda installed, every op maps to ``False``.
+    """
+    from ..ops.registry import REGISTRY, table
+    try:
+        ensure_registered()
+    except ImportError:
+        pass
+    return {name: "cuda" in REGISTRY[name].kernels for name in sorted(table())}
+
+
+def missing() -> list[str]:
+    """Table ops without a CUDA kernel."""
+    return [name for name, ok in coverage().items() if not ok]

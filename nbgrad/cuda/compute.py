@@ -1,0 +1,199 @@
+"""Host-side drivers of the CUDA kernels: reductions, matrix products, views, gathers.
+
+Each function takes and returns :class:`~nbgrad.cuda.array.CudaArray` values, picks
+launch shapes and calls a kernel of :mod:`nbgrad.cuda.kernels`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda
+
+from . import kernels as K
+from .array import CudaArray, collapse, empty, full, grid_1d
+
+
+# ---------------------------------------------------------------------- reductions
+def reduce(x: CudaArray, dims: tuple[int, ...], out_shape: tuple[int, ...], op: int,
+           out_dtype, div: float = 1.0) -> CudaArray:
+    """Combine ``x`` over ``dims`` (sorted, unique) with ``op`` (SUM, PROD, MAX, MIN).
+
+    Accumulates in float64 and divides by ``div`` (the count, for a mean). Rows whose
+    reduced elements are contiguous get a shared-memory tree per row (split over
+    several blocks when rows are long and few); otherwise one thread reduces a row,
+    so that neighbouring threads read neighbouring elements.
+    """
+    kept = tuple(d for d in range(x.ndim) if d not in dims)
+    view = x.permuted(kept + tuple(dims))
+    M = math.prod(x.shape[d] for d in kept)
+    R = math.prod(x.shape[d] for d in dims)
+    out = empty(out_shape, out_dtype)
+    if M == 0:
+        return out
+    if R == 0:
+        value = {K.SUM: 0.0, K.PROD: 1.0, K.MAX: -math.inf, K.MIN: math.inf}[op]
+        return full(out_shape, value / div if div else math.nan, out_dtype)
+    shape, (strides,) = collapse(view.shape, view.strides)
+    inner = view.strides[-1] if dims else 1
+    big_rows = R >= K.RTPB // 4
+    if big_rows and (inner == 1 or M < 4 * K.RTPB):
+        nsplit = 1
+        if M < 64:  # few long rows: split each over several blocks, then combine
+            nsplit = max(1, min(math.ceil(R / (8 * K.RTPB)), 1024 // M, 2 if _sim() else 1024))
+        gx = min(M, 65535)
+        if nsplit == 1:
+            K.reduce_rows_block[(gx, 1), K.RTPB](out.buf, x.buf, view.offset, shape, strides,
+                                                 M, R, op, float(div))
+            return out
+        partial = cuda.device_array(M * nsplit, np.float64)
+        K.reduce_rows_block[(gx, nsplit), K.RTPB](partial, x.buf, view.offset, shape,
+                                                  strides, M, R, op, 1.0)
+        K.reduce_rows_block[(gx, 1), K.RTPB](out.buf, partial, 0, (M * nsplit,), (1,), M,
+                                             nsplit, op, float(div))
+        return out
+    blocks, threads = grid_1d(M)
+    K.reduce_rows_thread[blocks, threads](out.buf, x.buf, view.offset, shape, strides, M, R,
+                                          op, float(div))
+    return out
+
+
+def _sim() -> bool:
+    return K._SIM
+
+
+# ---------------------------------------------------------------------- matrix products
+def matmul3(a: CudaArray, b: CudaArray, batch_strides: tuple[int, int] | None = None
+            ) -> CudaArray:
+    """(batch, M, K) @ (batch, K, N) -> C-contiguous (batch, M, N); any strides."""
+    batch, M, Kd = a.shape
+    N = b.shape[2]
+    dtype = np.result_type(a.dtype, b.dtype)
+    if batch * M * N == 0:
+        return empty((batch, M, N), dtype)
+    if Kd == 0:
+        return full((batch, M, N), 0, dtype)
+    out = empty((batch, M, N), dtype)
+    sa = (batch_strides[0] if batch_strides else a.strides[0], a.strides[1], a.strides[2])
+    sb = (batch_strides[1] if batch_strides else b.strides[0], b.strides[1], b.strides[2])
+    grid = (math.ceil(N / K.TILE), math.ceil(M / K.TILE), min(batch, 65535))
+    K.matmul_tiled[grid, (K.TILE, K.TILE)](out.buf, a.buf, a.offset, sa, b.buf, b.offset, sb,
+                                           batch, M, N, Kd)
+    return out
+
+
+def matmul_nd(a: CudaArray, b: CudaArray) -> CudaArray:
+    """NumPy's ``matmul``: 1-D operands are promoted, batch dimensions broadcast."""
+    a1, b1 = a.ndim == 1, b.ndim == 1
+    A = a.view_as((1, a.shape[0]), (0, a.strides[0]), a.offset) if a1 else a
+    B = b.view_as((b.shape[0], 1), (b.strides[0], 0), b.offset) if b1 else b
+    batch = tuple(np.broadcast_shapes(A.shape[:-2], B.shape[:-2]))
+    A = A.broadcast_to(batch + A.shape[-2:])
+    B = B.broadcast_to(batch + B.shape[-2:])
+    M, N = A.shape[-2], B.shape[-1]
+    nb = math.prod(batch)
+    bshape, (bsa, bsb) = collapse(batch, A.strides[:-2], B.strides[:-2]) if batch else \
+        ((1,), [(0,), (0,)])
+    if len(bshape) == 1:
+        A3 = A.view_as((nb,) + A.shape[-2:], (bsa[0],) + A.strides[-2:], A.offset)
+        B3 = B.view_as((nb,) + B.shape[-2:], (bsb[0],) + B.strides[-2:], B.offset)
+    else:  # batch dimensions that no single stride walks: materialise them
+        A3 = A.copy().reshape((nb,) + A.shape[-2:])
+        B3 = B.copy().reshape((nb,) + B.shape[-2:])
+    out = matmul3(A3, B3)
+    shape = batch + ((M,) if not a1 else ()) + ((N,) if not b1 else ())
+    return out.reshape(shape)
+
+
+# ---------------------------------------------------------------------- views
+def insert_dims(x: CudaArray, dims: tuple[int, ...]) -> CudaArray:
+    """``np.expand_dims(x, dims)`` as a view (``dims`` sorted, of the result)."""
+    shape, strides = [], []
+    it = iter(zip(x.shape, x.strides, strict=True))
+    for d in range(x.ndim + len(dims)):
+        if d in dims:
+            shape.append(1)
+            strides.append(0)
+        else:
+            s, st = next(it)
+            shape.append(s)
+            strides.append(st)
+    return x.view_as(tuple(shape), tuple(strides), x.offset)
+
+
+def drop_dims(x: CudaArray, dims: tuple[int, ...]) -> CudaArray:
+    """Remove dimensions of size 1 (a view)."""
+    keep = [d for d in range(x.ndim) if d not in dims]
+    return x.view_as(tuple(x.shape[d] for d in keep), tuple(x.strides[d] for d in keep),
+                     x.offset)
+
+
+def narrow(x: CudaArray, dim: int, start: int, length: int) -> CudaArray:
+    """``x`` restricted to ``start:start+length`` along ``dim`` (a view)."""
+    shape = list(x.shape)
+    shape[dim] = length
+    return x.view_as(tuple(shape), x.strides, x.offset + start * x.strides[dim])
+
+
+def select(x: CudaArray, dim: int, i: int) -> CudaArray:
+    """``x`` at index ``i`` along ``dim``, the dimension removed (a view)."""
+    return drop_dims(narrow(x, dim, i, 1), (dim,))
+
+
+def basic_index(x: CudaArray, idx) -> CudaArray:
+    """A view for an index of ints, slices, ``None`` and ``...`` (NumPy's basic indexing)."""
+    items = list(idx)
+    used = sum(1 for i in items if i is not None and i is not Ellipsis)
+    if Ellipsis in items:
+        k = items.index(Ellipsis)
+        items[k:k + 1] = [slice(None)] * (x.ndim - used)
+    else:
+        items += [slice(None)] * (x.ndim - used)
+    shape, strides, offset, d = [], [], x.offset, 0
+    for item in items:
+        if item is None:
+            shape.append(1)
+            strides.append(0)
+            continue
+        size, stride = x.shape[d], x.strides[d]
+        d += 1
+        if isinstance(item, slice):
+            start, stop, step = item.indices(size)
+            offset += start * stride
+            shape.append(len(range(start, stop, step)))
+            strides.append(stride * step)
+        else:
+            offset += (int(item) % size) * stride
+    return x.view_as(tuple(shape), tuple(strides), offset)
+
+
+# ---------------------------------------------------------------------- gathers, scatters
+def upload_positions(positions: np.ndarray):
+    flat = np.ascontiguousarray(positions, dtype=np.int64).reshape(-1)
+    return cuda.to_device(flat if flat.size else np.zeros(1, np.int64))
+
+
+def gather(x: CudaArray, positions: np.ndarray) -> CudaArray:
+    """``x.reshape(-1)[positions]`` (logical element numbers; any strides of ``x``)."""
+    out = empty(positions.shape, x.dtype)
+    n = out.size
+    if n:
+        shape, (strides,) = collapse(x.shape, x.strides)
+        blocks, threads = grid_1d(n)
+        K.gather[blocks, threads](out.buf, n, upload_positions(positions), x.buf, x.offset,
+                                  shape, strides)
+    return out
+
+
+def scatter(out: CudaArray, positions: np.ndarray, values: CudaArray, add: bool) -> None:
+    """``out.reshape(-1)[positions] (+)= values`` (``out`` contiguous; repeats add up)."""
+    n = positions.size
+    if n == 0:
+        return
+    vals = values.broadcast_to(positions.shape)
+    shape, (strides,) = collapse(vals.shape, vals.strides)
+    blocks, threads = grid_1d(n)
+    kern = K.scatter_add if add else K.scatter_set
+    kern[blocks, threads](out.buf[out.offset:] if out.offset else out.buf, n,
+                          upload_positions(positions), vals.buf, vals.offset, shape, strides)

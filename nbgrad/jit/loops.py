@@ -1,0 +1,522 @@
+"""Structured loops: ``fori_loop`` and ``scan``, the ``loop`` graph node, and its gradient.
+
+Eagerly, :func:`fori_loop` and :func:`scan` are plain Python loops. Under
+``nbgrad.jit`` the body is traced once into a sub-graph and the loop becomes one
+``loop`` node (see :class:`~nbgrad.jit.ir.LoopInfo`), executed natively by the tier-1
+interpreter's LOOP instruction and never unrolled.
+
+Gradients of a loop come from the derivative table, like everything else: the body
+graph is replayed with eager ops on inputs that require grad and
+``nbgrad.autograd.grad`` is called on it under a tracer, which records the joint
+body ``J(inputs, cotangents) -> (outputs, gradients)``. Partial evaluation splits
+``J`` into its primal part (run by the forward loop, which also stacks the per-step
+values the gradient needs: the carries and intermediate results it reads) and its
+tangent part (the body of a reversed loop that carries the cotangent of the carry and
+accumulates the gradients of loop invariants). The backward loop is again a ``loop``
+node, so higher-order gradients follow by the same rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..autograd.node import RETAIN_GRAPH_MESSAGE, Node as AutogradNode
+from ..autograd.node import SavedOutput, SavedTensor, gradient_edge
+from ..errors import TracerError
+from ..grad_mode import STATE, no_grad
+from ..tensor import STATE_TRACE, Tensor
+from . import pytree
+from .ir import LOOP, Graph, LoopInfo, Node, Var, make_loop, type_str
+from .tracer import Tracer, run_traced, user_site
+
+__all__ = ["apply_loop", "fori_loop", "scan"]
+
+
+# ------------------------------------------------------------------ user API
+def _static_int(value: Any, what: str, fn: str) -> int:
+    if isinstance(value, Tensor):
+        tracer = STATE_TRACE.tracer
+        if tracer is not None and tracer.is_traced(value):
+            raise TracerError(f"{user_site()}: {fn}: {what} must be a Python int (a loop "
+                              "bound cannot depend on a traced value)")
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{fn}: {what} must be an int, got {type(value).__name__}")
+    return int(value)
+
+
+def _leaf_tensor(x: Any, fn: str, what: str) -> Tensor:
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, (bool, int, float, np.number, np.bool_, np.ndarray, list)):
+        from ..factories import tensor
+        return tensor(x)
+    raise TypeError(f"{fn}: {what} holds a {type(x).__name__}; expected tensors or numbers")
+
+
+def _index_tensor(i: int) -> Tensor:
+    return Tensor._make(np.asarray(i, np.int64))
+
+
+def fori_loop(lower: int, upper: int, body: Callable[[Tensor, Any], Any], init: Any) -> Any:
+    """``val = init; for i in range(lower, upper): val = body(i, val)``; returns ``val``.
+
+    ``i`` is an int64 0-d tensor; ``init`` is a tensor or a tuple/list/dict of tensors
+    (numbers become tensors) and ``body`` must return the same structure, shapes and
+    dtypes. Under ``nbgrad.jit`` the body is traced once and runs as a native loop;
+    gradients flow to ``init`` and to every tensor the body closes over.
+    """
+    lower = _static_int(lower, "lower", "fori_loop")
+    upper = _static_int(upper, "upper", "fori_loop")
+    leaves, spec = pytree.flatten(init)
+    carry = [_leaf_tensor(x, "fori_loop", "init") for x in leaves]
+    if STATE_TRACE.tracer is None:
+        val = pytree.unflatten(spec, carry)
+        for i in range(lower, upper):
+            val = body(_index_tensor(i), val)
+        return val
+    count = max(upper - lower, 0)
+
+    def traced(idx, *c):
+        out = body(idx, pytree.unflatten(spec, list(c)))
+        return _check_carry("fori_loop", spec, carry, out)
+
+    holders = [_index_tensor(lower)] + _placeholders([t._data for t in carry])
+    graph, inv = _trace_body(traced, holders)
+    info = LoopInfo(count, len(carry), 0, (), (), (lower, 1), graph)
+    outs = apply_loop(info, carry + inv)
+    return pytree.unflatten(spec, outs)
+
+
+def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
+         length: int | None = None, reverse: bool = False) -> tuple[Any, Any]:
+    """JAX's ``scan``: ``carry, y = f(carry, x)`` for each row ``x`` of ``xs``.
+
+    Returns ``(final carry, ys)`` where ``ys`` stacks the ``y`` of every step (in the
+    order of ``xs`` also when ``reverse=True``). ``xs`` is a tensor or a structure of
+    tensors with a common leading length (or None, then ``length`` is required).
+    """
+    leaves, spec = pytree.flatten(init)
+    carry = [_leaf_tensor(x, "scan", "init") for x in leaves]
+    xleaves, xspec = pytree.flatten(xs)
+    xt = [_leaf_tensor(x, "scan", "xs") for x in xleaves]
+    if any(t.ndim == 0 for t in xt):
+        raise TypeError("scan: every tensor in xs needs a leading axis to scan over")
+    lengths = {t.shape[0] for t in xt}
+    if length is not None:
+        lengths.add(_static_int(length, "length", "scan"))
+    if len(lengths) != 1:
+        raise ValueError(f"scan: xs and length disagree on the number of steps: "
+                         f"{sorted(lengths) if lengths else 'none given'}")
+    n = lengths.pop()
+    if STATE_TRACE.tracer is None:
+        return _scan_eager(f, spec, carry, xspec, xt, n, reverse)
+    yspec_box: list = []
+
+    def traced(*ins):
+        c = pytree.unflatten(spec, list(ins[:len(carry)]))
+        x = pytree.unflatten(xspec, list(ins[len(carry):]))
+        out = f(c, x)
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise TypeError("scan: the body must return a pair (carry, y)")
+        new = _check_carry("scan", spec, carry, out[0])
+        yleaves, yspec = pytree.flatten(out[1])
+        yspec_box.append(yspec)
+        return new + [_leaf_tensor(y, "scan", "y") for y in yleaves]
+
+    rows = [t._data[n - 1 if reverse else 0] if n else np.zeros(t.shape[1:], t.dtype)
+            for t in xt]
+    graph, inv = _trace_body(traced, _placeholders([t._data for t in carry] + rows))
+    n_y = len(graph.outputs) - len(carry)
+    xs_index = tuple(((n - 1, -1) if reverse else (0, 1)) for _ in xt)
+    ys_index = tuple(((n - 1, -1, n) if reverse else (0, 1, n)) for _ in range(n_y))
+    if n == 0:
+        xs_index = tuple((0, 1) for _ in xt)
+        ys_index = tuple((0, 1, 0) for _ in range(n_y))
+    info = LoopInfo(n, len(carry), len(xt), xs_index, ys_index, None, graph)
+    outs = apply_loop(info, carry + xt + inv)
+    return (pytree.unflatten(spec, outs[:len(carry)]),
+            pytree.unflatten(yspec_box[0], outs[len(carry):]))
+
+
+def _scan_eager(f, spec, carry, xspec, xt, n, reverse):
+    from ..ops import stack
+    c = pytree.unflatten(spec, carry)
+    ys: list = []
+    yspec = None
+    order = range(n - 1, -1, -1) if reverse else range(n)
+    for i in order:
+        c, y = f(c, pytree.unflatten(xspec, [t[i] for t in xt]))
+        yleaves, yspec = pytree.flatten(y)
+        ys.append([_leaf_tensor(v, "scan", "y") for v in yleaves])
+    if reverse:
+        ys.reverse()
+    if n == 0:
+        with no_grad():
+            rows = [Tensor._make(np.zeros(t.shape[1:], t.dtype)) for t in xt]
+            _, y = f(pytree.unflatten(spec, carry), pytree.unflatten(xspec, rows))
+        yleaves, yspec = pytree.flatten(y)
+        empty = [Tensor._make(np.zeros((0,) + tuple(np.shape(v._data if isinstance(v, Tensor)
+                                                             else v)),
+                                       v.dtype if isinstance(v, Tensor) else np.float64))
+                 for v in yleaves]
+        return c, pytree.unflatten(yspec, empty)
+    stacked = [stack([row[k] for row in ys]) for k in range(len(ys[0]))]
+    return c, pytree.unflatten(yspec, stacked)
+
+
+def _check_carry(fn: str, spec, init: list[Tensor], out: Any) -> list[Tensor]:
+    leaves, ospec = pytree.flatten(out)
+    if ospec != spec:
+        raise TypeError(f"{fn}: the body returned a carry of structure {pytree.describe(ospec)}"
+                        f", but init has structure {pytree.describe(spec)}")
+    tensors = [_leaf_tensor(x, fn, "the carry") for x in leaves]
+    for k, (a, b) in enumerate(zip(init, tensors, strict=True)):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            raise TypeError(f"{fn}: carry leaf {k} changes from {a.dtype}{list(a.shape)} to "
+                            f"{b.dtype}{list(b.shape)} in the body; a loop carry must keep "
+                            "its shape and dtype")
+    return tensors
+
+
+def _placeholders(arrays: Sequence[np.ndarray]) -> list[Tensor]:
+    return [Tensor._make(np.array(a, copy=True)) for a in arrays]
+
+
+def _trace_body(fn: Callable, holders: list[Tensor]) -> tuple[Graph, list[Tensor]]:
+    """Trace ``fn(*holders)`` once into a body graph; returns it and the captured tensors."""
+    sub = Tracer(parent=STATE_TRACE.tracer)
+    for t in holders:
+        sub.add_input(t)
+    with no_grad():
+        outs = run_traced(sub, fn, *holders, quiet=True)
+    with sub:
+        sub.graph.outputs = [sub.var_of(t) for t in outs]
+    return sub.graph, [t for _, _, t in sub.captures]
+
+
+# ------------------------------------------------------------------ the loop node at run time
+def apply_loop(info: LoopInfo, inputs: Sequence[Tensor]) -> list[Tensor]:
+    """Run a loop node on tensors: records it when tracing, makes it differentiable.
+
+    Returns the loop's outputs (final carries, then ys stacks).
+    """
+    inputs = list(inputs)
+    rg = tuple(bool(STATE.grad_enabled and t._requires_grad) for t in inputs)
+    plan = _get_plan(info, rg, inputs) if any(rg) else None
+    outs = _run_forward(info, plan, inputs)
+    return outs[:len(info.body.outputs)]
+
+
+def _run_forward(info: LoopInfo, plan: LoopPlan | None, inputs: list[Tensor]) -> list[Tensor]:
+    run = plan.fwd_info if plan is not None else info
+    arrays = execute_loop(run, [t._data for t in inputs])
+    outs = [Tensor._make(a) for a in arrays]
+    tracer = STATE_TRACE.tracer
+    if tracer is not None:
+        in_vars = [tracer.var_of(t) for t in inputs]
+        if any(tracer.is_dynamic(v) for v in in_vars):
+            out_vars = [Var(a.shape, a.dtype) for a in arrays]
+            tracer.add_node(make_loop(in_vars, out_vars, run), outs)
+    if plan is not None:
+        node = LoopBackward([gradient_edge(t) if r else None
+                             for t, r in zip(inputs, plan.rg, strict=True)])
+        node.plan = plan
+        node.saved = [SavedTensor(t, "loop input") for t in inputs]
+        for k, o in enumerate(outs):
+            if plan.out_rg[k]:
+                o._requires_grad = True
+                o.grad_fn = node
+                o._output_nr = k
+        node.outputs_saved = [SavedOutput(o, "loop output") for o in outs]
+    return outs
+
+
+def execute_loop(info: LoopInfo, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Concrete outputs of a loop node (natively when the interpreter supports the body)."""
+    from .program import run_loop_native
+    out = run_loop_native(info, arrays)
+    if out is not None:
+        return out
+    return execute_loop_eager(info, arrays)
+
+
+def execute_loop_eager(info: LoopInfo, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The reference semantics of a loop node: replay the body with eager ops."""
+    from .reference import replay
+    prev = STATE_TRACE.tracer
+    STATE_TRACE.tracer = None
+    try:
+        with no_grad():
+            return _loop_eager(info, [np.asarray(a) for a in arrays], replay)
+    finally:
+        STATE_TRACE.tracer = prev
+
+
+def _loop_eager(info: LoopInfo, arrays: list[np.ndarray], replay) -> list[np.ndarray]:
+    nc, nx = info.n_carry, info.n_xs
+    carry = [Tensor._make(a.copy()) for a in arrays[:nc]]
+    stacks = arrays[nc:nc + nx]
+    inv = [Tensor._make(a) for a in arrays[nc + nx:]]
+    ys_out = [np.zeros((length,) + v.shape, v.dtype)
+              for (_, _, length), v in zip(info.ys_index, info.body.outputs[nc:], strict=True)]
+    for j in range(info.count):
+        ins = []
+        if info.index is not None:
+            ins.append(_index_tensor(info.index[0] + info.index[1] * j))
+        ins += carry
+        ins += [Tensor._make(s[start + step * j]) for s, (start, step)
+                in zip(stacks, info.xs_index, strict=True)]
+        ins += inv
+        outs = replay(info.body, ins)
+        carry = outs[:nc]
+        for ys, (start, step, _), y in zip(ys_out, info.ys_index, outs[nc:], strict=True):
+            ys[start + step * j] = y._data
+    return [t._data for t in carry] + ys_out
+
+
+# ------------------------------------------------------------------ gradients
+class LoopBackward(AutogradNode):
+    """The autograd node of a loop: its backward runs the reversed (tangent) loop."""
+
+    __slots__ = ("plan", "saved", "outputs_saved")
+
+    def name(self) -> str:
+        return "LoopBackward"
+
+    def release(self) -> None:
+        self.saved = None
+        self.outputs_saved = None
+
+    def apply(self, grads: list, create_graph: bool) -> list:
+        if self.saved is None:
+            raise RuntimeError(RETAIN_GRAPH_MESSAGE)
+        plan = self.plan
+        inputs = [s.unpack(self) for s in self.saved]
+        outs = [s.unpack(self) for s in self.outputs_saved]
+        if any(g is not None for g in grads[plan.n_out:]):
+            # cotangents for the stacked per-step values (higher order): differentiate
+            # the forward-with-stacks loop itself, recomputing what it needs
+            plan2 = _get_plan(plan.fwd_info, plan.rg, inputs)
+            outs2 = _run_forward(plan.fwd_info, plan2, inputs)
+            return _backward(plan2, inputs, outs2, grads)
+        return _backward(plan, inputs, outs, grads)
+
+
+def _backward(plan: LoopPlan, inputs: list[Tensor], outs: list[Tensor], grads: list) -> list:
+    vals = []
+    for kind, k in plan.recipe:
+        if kind == "ct":
+            g = grads[k] if k < len(grads) else None
+            if g is None:
+                o = outs[k]
+                g = Tensor._make(np.zeros(o.shape, o.dtype))
+            vals.append(g)
+        elif kind == "zeros":
+            v = plan.bwd_info.body.inputs[k]
+            vals.append(Tensor._make(np.zeros(v.shape, v.dtype)))
+        elif kind == "out":
+            vals.append(outs[k])
+        else:
+            vals.append(inputs[k])
+    bouts = apply_loop(plan.bwd_info, vals)
+    res: list = [None] * len(inputs)
+    for i, k in plan.grad_map:
+        res[i] = bouts[k]
+    return res
+
+
+@dataclass
+class LoopPlan:
+    """How to differentiate one loop for one pattern of inputs requiring grad."""
+
+    rg: tuple[bool, ...]           # loop inputs requiring grad
+    n_out: int                     # outputs of the original loop
+    fwd_info: LoopInfo             # the loop with the per-step stacks the backward reads
+    out_rg: tuple[bool, ...]       # which outputs of fwd_info are differentiable
+    bwd_info: LoopInfo             # the reversed loop
+    recipe: list[tuple[str, int]]  # how to build bwd inputs: ct/zeros/out/in, index
+    grad_map: list[tuple[int, int]]  # (loop input, bwd output) pairs
+
+
+def _get_plan(info: LoopInfo, rg: tuple[bool, ...], inputs: Sequence[Tensor]) -> LoopPlan:
+    key = ("plan", info.count, info.xs_index, info.ys_index, info.index, rg)
+    plan = info.body.cache.get(key)
+    if plan is None:
+        plan = info.body.cache[key] = _build_plan(info, rg, [t._data for t in inputs])
+    return plan
+
+
+def _depends(graph: Graph, seeds: set[int]) -> set[int]:
+    """ids of the vars of ``graph`` that depend on the vars in ``seeds`` (floats only)."""
+    dep = set(seeds)
+    for node in graph.nodes:
+        if any(v is not None and id(v) in dep for v in node.inputs):
+            for v in node.outputs:
+                if v.dtype.kind == "f":
+                    dep.add(id(v))
+    return dep
+
+
+def _build_plan(info: LoopInfo, rg: tuple[bool, ...], example: list[np.ndarray]) -> LoopPlan:
+    from .autodiff import consts_for, joint_graph, partial_eval
+    from .passes import dce_nodes
+    body = info.body
+    nc, nx = info.n_carry, info.n_xs
+    n_in = len(rg)
+    idx_v, carry_v, xs_v, inv_v = info.body_inputs()
+    in_vars = carry_v + xs_v + inv_v
+    # which carries require grad: a fixed point over the body's dependencies
+    rg_in = [r and v.dtype.kind == "f" for r, v in zip(rg, in_vars, strict=True)]
+    while True:
+        dep = _depends(body, {id(v) for v, r in zip(in_vars, rg_in, strict=True) if r})
+        new = [rg_in[i] or (id(body.outputs[i]) in dep and carry_v[i].dtype.kind == "f")
+               for i in range(nc)]
+        if new == rg_in[:nc]:
+            break
+        rg_in[:nc] = new
+    out_rg = [id(v) in dep for v in body.outputs]
+
+    # ---- the joint body J(inputs, cotangents) -> (outputs, gradients), split
+    off = 1 if idx_v is not None else 0
+    ex: list[np.ndarray] = []
+    if idx_v is not None:
+        ex.append(np.asarray(info.index[0], np.int64))
+    for i, v in enumerate(in_vars):
+        if nc <= i < nc + nx:
+            stack, (start, _) = example[i], info.xs_index[i - nc]
+            ex.append(stack[start] if info.count and stack.shape[0]
+                      else np.zeros(v.shape, v.dtype))
+        else:
+            ex.append(example[i])
+    joint = joint_graph(body, [False] * off + rg_in, ex, out_rg)
+    jg = joint.graph
+    j_inputs = joint.inputs
+    out_vars = joint.outputs
+    ct_of = dict(zip(joint.diff, joint.cts, strict=True))  # body output k -> cotangent var
+    grad_of = {i - off: g for i, g in zip(joint.wrt, joint.grads, strict=True)}
+    pnodes, tnodes, needed = partial_eval(joint)
+    j_idx = j_inputs[0] if idx_v is not None else None
+    j_carry = j_inputs[off:off + nc]
+    j_xs = j_inputs[off + nc:off + nc + nx]
+    j_inv = j_inputs[off + nc + nx:]
+    pos = {id(v): i for i, v in enumerate(j_inputs)}
+    stacked: list[Var] = []   # per-step values the forward loop stacks for the backward
+    xs_used: list[int] = []
+    inv_used: list[int] = []
+    idx_used = False
+    for v in needed:
+        p = pos.get(id(v))
+        if p is None or (off <= p < off + nc):
+            stacked.append(v)
+        elif p < off:
+            idx_used = True
+        elif p < off + nc + nx:
+            xs_used.append(p - off - nc)
+        else:
+            inv_used.append(p - off - nc - nx)
+
+    count = info.count
+    last = max(count - 1, 0)
+    # ---- forward loop with stacks
+    f_outputs = out_vars + stacked
+    f_nodes = dce_nodes(pnodes, f_outputs)
+    fwd = Graph(list(j_inputs[:len(body.inputs)]), consts_for(jg, f_nodes, f_outputs),
+                f_nodes, f_outputs)
+    fwd_info = LoopInfo(count, nc, nx, info.xs_index,
+                        info.ys_index + tuple((0, 1, count) for _ in stacked), info.index, fwd)
+
+    # ---- backward loop
+    b_inputs: list[Var] = []
+    recipe: list[tuple[str, int]] = []
+    b_outputs: list[Var] = []
+    grad_map: list[tuple[int, int]] = []
+    adds: list[Node] = []
+    extra_consts: dict[Var, np.ndarray] = {}
+
+    def zero_var(like: Var) -> Var:
+        z = like.like()
+        extra_consts[z] = np.zeros(like.shape, like.dtype)
+        return z
+
+    if idx_used:
+        b_inputs.append(j_idx)
+    carries_b = [i for i in range(nc) if rg_in[i]]
+    for i in carries_b:   # cotangent of the carry, flowing backwards
+        ct = ct_of.get(i)
+        if ct is None:
+            ct = j_carry[i].like()
+        b_inputs.append(ct)
+        recipe.append(("ct", i))
+        g = grad_of.get(i)
+        b_outputs.append(g if g is not None else zero_var(j_carry[i]))
+    acc_for = [i for i in range(nc + nx, n_in) if rg_in[i] and grad_of.get(i) is not None]
+    for i in acc_for:     # gradients of invariants accumulate over the steps
+        acc = j_inv[i - nc - nx].like()
+        b_inputs.append(acc)
+        recipe.append(("zeros", len(b_inputs) - 1))
+        new = acc.like()
+        adds.append(Node("add", [acc, grad_of[i]], [new], {}))
+        b_outputs.append(new)
+    n_carry_b = len(b_inputs) - (1 if idx_used else 0)
+    xs_index_b: list[tuple[int, int]] = []
+    n_orig = len(body.outputs)
+    for r, v in enumerate(stacked):
+        b_inputs.append(v)
+        recipe.append(("out", n_orig + r))
+        xs_index_b.append((last, -1))
+    for k in xs_used:
+        b_inputs.append(j_xs[k])
+        recipe.append(("in", nc + k))
+        start, step = info.xs_index[k]
+        xs_index_b.append((start + step * last, -step) if count else (0, 1))
+    for k in range(info.n_ys):
+        ct = ct_of.get(nc + k)
+        if ct is None:
+            continue
+        b_inputs.append(ct)
+        recipe.append(("ct", nc + k))
+        start, step, _ = info.ys_index[k]
+        xs_index_b.append((start + step * last, -step) if count else (0, 1))
+    for k in inv_used:
+        b_inputs.append(j_inv[k])
+        recipe.append(("in", nc + nx + k))
+    n_xs_b = len(xs_index_b)
+    ys_index_b: list[tuple[int, int, int]] = []
+    xs_grads = [k for k in range(nx) if rg_in[nc + k]]
+    for k in xs_grads:
+        g = grad_of.get(nc + k)
+        b_outputs.append(g if g is not None else zero_var(j_xs[k]))
+        start, step = info.xs_index[k]
+        length = example[nc + k].shape[0]
+        ys_index_b.append((start + step * last, -step, length) if count else (0, 1, length))
+    b_nodes = dce_nodes(tnodes + adds, b_outputs)
+    b_consts = consts_for(jg, b_nodes, b_outputs)
+    b_consts.update(extra_consts)
+    bwd = Graph(b_inputs, b_consts, b_nodes, b_outputs)
+    index_b = None
+    if idx_used:
+        index_b = (info.index[0] + info.index[1] * last, -info.index[1])
+    bwd_info = LoopInfo(count, n_carry_b, n_xs_b, tuple(xs_index_b), tuple(ys_index_b),
+                        index_b, bwd)
+    for j, i in enumerate(carries_b):
+        grad_map.append((i, j))
+    for j, i in enumerate(acc_for):
+        grad_map.append((i, len(carries_b) + j))
+    for j, k in enumerate(xs_grads):
+        grad_map.append((nc + k, len(carries_b) + len(acc_for) + j))
+    f_rg = tuple(out_rg) + tuple(v.dtype.kind == "f" for v in stacked)
+    return LoopPlan(tuple(rg), n_orig, fwd_info, f_rg, bwd_info, recipe, grad_map)
+
+
+def describe_loop(info: LoopInfo) -> str:
+    """One line about a loop node (for error messages)."""
+    ins = ", ".join(type_str(v) for v in info.body.inputs)
+    return f"loop of {info.count} steps over ({ins})"
+
+
+__all__ += ["LOOP", "LoopBackward", "describe_loop", "execute_loop"]

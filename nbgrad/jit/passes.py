@@ -1,0 +1,268 @@
+"""Graph passes: dead code, common subexpressions, constant folding, loop clean-up.
+
+Each pass takes a :class:`~nbgrad.jit.ir.Graph` and returns a new graph (the input
+graph is never changed; nodes that stay the same are shared). :func:`optimize` runs
+the standard pipeline; :data:`PASSES` lets other tiers add their own (tier 2 appends
+its elementwise fusion there): a pass is a function ``Graph -> Graph``.
+
+- :func:`dce`: drops nodes whose outputs are not needed, unused constants, unused
+  loop outputs and loop carries nothing reads, inside loop bodies too.
+- :func:`cse`: merges nodes with the same op, inputs and attributes.
+- :func:`fold_constants`: evaluates nodes whose inputs are all constants (and
+  ``zeros_like``/``ones_like``, which only read a shape) into constants.
+- :func:`hoist_invariants`: moves loop-body nodes that depend only on loop
+  invariants out of the loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .ir import LOOP, Graph, LoopInfo, Node, Var, _hash_value, make_loop
+
+GraphPass = Callable[[Graph], Graph]
+
+
+# ------------------------------------------------------------------ dead code
+def dce_nodes(nodes: Sequence[Node], outputs: Sequence[Var | None]) -> list[Node]:
+    """The nodes (in order) that some output needs, transitively."""
+    live = {id(v) for v in outputs if v is not None}
+    keep = []
+    for node in reversed(nodes):
+        if any(id(v) in live for v in node.outputs):
+            keep.append(node)
+            live.update(id(v) for v in node.inputs if v is not None)
+    keep.reverse()
+    return keep
+
+
+def dce(graph: Graph) -> Graph:
+    """Remove dead nodes, constants, loop outputs and loop carries (recursively)."""
+    live = {id(v) for v in graph.outputs}
+    keep: list[Node] = []
+    for node in reversed(graph.nodes):
+        if not any(id(v) in live for v in node.outputs):
+            continue
+        if node.op == LOOP:
+            node = _prune_loop(node, live)
+        keep.append(node)
+        live.update(id(v) for v in node.inputs if v is not None)
+    keep.reverse()
+    consts = {v: a for v, a in graph.consts.items() if id(v) in live}
+    return Graph(list(graph.inputs), consts, keep, list(graph.outputs))
+
+
+def _prune_loop(node: Node, live: set[int]) -> Node:
+    """Drop ys outputs and carries that nothing needs; clean the body."""
+    info = LoopInfo.of(node)
+    body = info.body
+    nc, nx = info.n_carry, info.n_xs
+    idx, carry, xs, inv = info.body_inputs()
+    keep_y = [k for k in range(info.n_ys) if id(node.outputs[nc + k]) in live]
+    keep_c = set(range(nc))
+    while True:  # a carry is dead if its result is unused and the kept body does not read it
+        outs = [body.outputs[i] for i in sorted(keep_c)] + [body.outputs[nc + k] for k in keep_y]
+        nodes = dce_nodes(body.nodes, outs)
+        read = {id(v) for n in nodes for v in n.inputs if v is not None}
+        read.update(id(v) for v in outs)
+        dead = {i for i in keep_c
+                if id(node.outputs[i]) not in live and id(carry[i]) not in read}
+        if not dead:
+            break
+        keep_c -= dead
+    kc = sorted(keep_c)
+    keep_x = [k for k in range(nx) if id(xs[k]) in read]
+    keep_i = [k for k in range(len(inv)) if id(inv[k]) in read]
+    use_idx = idx is not None and id(idx) in read
+    if (len(kc) == nc and len(keep_y) == info.n_ys and len(keep_x) == nx
+            and len(keep_i) == len(inv) and use_idx == (idx is not None)
+            and len(nodes) == len(body.nodes)):
+        new_body = dce(body)
+        if new_body.nodes == body.nodes and len(new_body.consts) == len(body.consts):
+            return node
+        info2 = LoopInfo(info.count, nc, nx, info.xs_index, info.ys_index, info.index,
+                         new_body)
+        return make_loop(list(node.inputs), list(node.outputs), info2)
+    b_inputs = ([idx] if use_idx else []) + [carry[i] for i in kc] + \
+        [xs[k] for k in keep_x] + [inv[k] for k in keep_i]
+    b_outputs = [body.outputs[i] for i in kc] + [body.outputs[nc + k] for k in keep_y]
+    new_body = dce(Graph(b_inputs, body.consts, body.nodes, b_outputs))
+    info2 = LoopInfo(info.count, len(kc), len(keep_x), tuple(info.xs_index[k] for k in keep_x),
+                     tuple(info.ys_index[k] for k in keep_y),
+                     info.index if use_idx else None, new_body)
+    ins = [node.inputs[i] for i in kc] + [node.inputs[nc + k] for k in keep_x] + \
+        [node.inputs[nc + nx + k] for k in keep_i]
+    outs = [node.outputs[i] for i in kc] + [node.outputs[nc + k] for k in keep_y]
+    return make_loop(ins, outs, info2)
+
+
+# ------------------------------------------------------------------ common subexpressions
+def _attr_key(attrs: dict) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for k, v in attrs.items():
+        h.update(k.encode() + b"=")
+        _hash_value(v, h)
+    return h.digest()
+
+
+def cse(graph: Graph) -> Graph:
+    """Merge nodes computing the same op on the same inputs with the same attributes."""
+    rename: dict[int, Var] = {}
+    seen: dict[tuple, Node] = {}
+    # equal small constants become one
+    const_key: dict[tuple, Var] = {}
+    consts: dict[Var, np.ndarray] = {}
+    for v, a in graph.consts.items():
+        key = (a.dtype.str, a.shape, a.tobytes()) if a.size <= 64 else ("id", id(a))
+        first = const_key.get(key)
+        if first is None:
+            const_key[key] = v
+            consts[v] = a
+        else:
+            rename[id(v)] = first
+    nodes: list[Node] = []
+    for node in graph.nodes:
+        ins = [None if v is None else rename.get(id(v), v) for v in node.inputs]
+        if node.op == LOOP:
+            info = LoopInfo.of(node)
+            body = cse(info.body)
+            info = LoopInfo(info.count, info.n_carry, info.n_xs, info.xs_index, info.ys_index,
+                            info.index, body)
+            new = make_loop(ins, list(node.outputs), info)
+        elif ins != list(node.inputs):
+            new = Node(node.op, ins, node.outputs, node.attrs)
+        else:
+            new = node
+        key = (new.op, tuple(id(v) if v is not None else None for v in ins),
+               _attr_key(new.attrs),
+               tuple((v.shape, v.dtype.str) for v in new.outputs))
+        prev = seen.get(key)
+        if prev is not None:
+            for old, keep in zip(new.outputs, prev.outputs, strict=True):
+                rename[id(old)] = keep
+            continue
+        seen[key] = new
+        nodes.append(new)
+    outputs = [rename.get(id(v), v) for v in graph.outputs]
+    return Graph(list(graph.inputs), consts, nodes, outputs)
+
+
+# ------------------------------------------------------------------ constant folding
+_SHAPE_ONLY = {"zeros_like", "ones_like"}
+
+
+def fold_constants(graph: Graph) -> Graph:
+    """Evaluate nodes whose values do not depend on the graph's inputs."""
+    from .reference import replay_arrays
+    consts = dict(graph.consts)
+    known = {id(v) for v in consts}
+    nodes = []
+    for node in graph.nodes:
+        if node.op != LOOP and (node.op in _SHAPE_ONLY or all(
+                v is None or id(v) in known for v in node.inputs)):
+            fake_ins = []
+            for v in node.inputs:
+                if v is None:
+                    continue
+                fake_ins.append(v)
+            sub = Graph(fake_ins, {}, [node], list(node.outputs))
+            arrays = [consts[v] if id(v) in known else np.zeros(v.shape, v.dtype)
+                      for v in fake_ins]
+            try:
+                values = replay_arrays(sub, arrays)
+            except Exception:  # an op that refuses its constant input: keep the node
+                nodes.append(node)
+                continue
+            for v, a in zip(node.outputs, values, strict=True):
+                consts[v] = np.array(a, copy=True)
+                known.add(id(v))
+            continue
+        if node.op == LOOP:
+            info = LoopInfo.of(node)
+            body = fold_constants(info.body)
+            if body is not info.body:
+                info = LoopInfo(info.count, info.n_carry, info.n_xs, info.xs_index,
+                                info.ys_index, info.index, body)
+                node = make_loop(list(node.inputs), list(node.outputs), info)
+        nodes.append(node)
+    if len(nodes) == len(graph.nodes) and all(a is b for a, b in zip(nodes, graph.nodes,
+                                                                       strict=True)):
+        return graph
+    return Graph(list(graph.inputs), consts, nodes, list(graph.outputs))
+
+
+# ------------------------------------------------------------------ loop-invariant code
+def hoist_invariants(graph: Graph) -> Graph:
+    """Move body nodes that read only invariants and constants out of their loop."""
+    changed = False
+    nodes: list[Node] = []
+    consts = dict(graph.consts)
+    for node in graph.nodes:
+        if node.op != LOOP:
+            nodes.append(node)
+            continue
+        info = LoopInfo.of(node)
+        body = hoist_invariants(info.body)
+        idx, carry, xs, inv = info.body_inputs()
+        outer_of = {id(b): o for b, o in zip(inv, node.inputs[info.n_carry + info.n_xs:],
+                                             strict=True)}
+        for v, a in body.consts.items():
+            outer_of.setdefault(id(v), None)
+        hoisted: list[Node] = []
+        kept: list[Node] = []
+        new_inv: list[Var] = []
+        new_outer: list[Var] = []
+        for n in body.nodes:
+            if n.op != LOOP and info.count > 0 and all(
+                    v is None or id(v) in outer_of for v in n.inputs):
+                outer_ins = []
+                for v in n.inputs:
+                    if v is None:
+                        outer_ins.append(None)
+                        continue
+                    o = outer_of[id(v)]
+                    if o is None:  # a body constant: make it a constant outside too
+                        o = v.like()
+                        consts[o] = body.consts[v]
+                        outer_of[id(v)] = o
+                    outer_ins.append(o)
+                outs = [v.like() for v in n.outputs]
+                hoisted.append(Node(n.op, outer_ins, outs, n.attrs))
+                for bv, ov in zip(n.outputs, outs, strict=True):
+                    outer_of[id(bv)] = ov
+                    new_inv.append(bv)
+                    new_outer.append(ov)
+            else:
+                kept.append(n)
+        if not hoisted:
+            if body is not info.body:
+                info = LoopInfo(info.count, info.n_carry, info.n_xs, info.xs_index,
+                                info.ys_index, info.index, body)
+                node = make_loop(list(node.inputs), list(node.outputs), info)
+                changed = True
+            nodes.append(node)
+            continue
+        changed = True
+        nodes.extend(hoisted)
+        b_inputs = list(body.inputs) + new_inv
+        new_body = dce(Graph(b_inputs, body.consts, kept, list(body.outputs)))
+        info = LoopInfo(info.count, info.n_carry, info.n_xs, info.xs_index, info.ys_index,
+                        info.index, new_body)
+        nodes.append(make_loop(list(node.inputs) + new_outer, list(node.outputs), info))
+    if not changed:
+        return graph
+    return Graph(list(graph.inputs), consts, nodes, list(graph.outputs))
+
+
+#: the standard pipeline; tier 2 may append passes (e.g. elementwise fusion)
+PASSES: list[GraphPass] = [fold_constants, cse, hoist_invariants, dce]
+
+
+def optimize(graph: Graph, passes: Sequence[GraphPass] | None = None) -> Graph:
+    """Run ``passes`` (default :data:`PASSES`) in order."""
+    for p in (PASSES if passes is None else passes):
+        graph = p(graph)
+    return graph

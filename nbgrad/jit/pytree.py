@@ -1,0 +1,69 @@
+"""Nested containers of tensors (JAX's pytrees, simplified): tuples, lists, dicts, None.
+
+A spec is hashable, so it can be part of a signature-cache key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+Spec = tuple
+
+
+def flatten(tree: Any) -> tuple[list, Spec]:
+    """The leaves of ``tree`` in order, and its structure."""
+    leaves: list = []
+
+    def walk(node: Any) -> Spec:
+        if node is None:
+            return ("none",)
+        if isinstance(node, tuple):
+            kids = tuple(walk(x) for x in node)
+            if hasattr(node, "_fields"):
+                return ("namedtuple", type(node), kids)
+            return ("tuple", kids)
+        if isinstance(node, list):
+            return ("list", tuple(walk(x) for x in node))
+        if isinstance(node, dict):
+            keys = tuple(node)
+            return ("dict", keys, tuple(walk(node[k]) for k in keys))
+        leaves.append(node)
+        return ("leaf",)
+
+    return leaves, walk(tree)
+
+
+def unflatten(spec: Spec, leaves: Sequence) -> Any:
+    """Rebuild the structure ``spec`` with ``leaves``."""
+    it = iter(leaves)
+
+    def build(s: Spec) -> Any:
+        kind = s[0]
+        if kind == "leaf":
+            return next(it)
+        if kind == "none":
+            return None
+        if kind == "tuple":
+            return tuple(build(k) for k in s[1])
+        if kind == "namedtuple":
+            return s[1](*(build(k) for k in s[2]))
+        if kind == "list":
+            return [build(k) for k in s[1]]
+        return {key: build(k) for key, k in zip(s[1], s[2], strict=True)}
+
+    return build(spec)
+
+
+def describe(spec: Spec) -> str:
+    """A short text of a structure (``*`` for a leaf)."""
+    kind = spec[0]
+    if kind == "leaf":
+        return "*"
+    if kind == "none":
+        return "None"
+    if kind == "dict":
+        return "{" + ", ".join(f"{k!r}: {describe(s)}"
+                               for k, s in zip(spec[1], spec[2], strict=True)) + "}"
+    inner = ", ".join(describe(s) for s in spec[-1])
+    return f"[{inner}]" if kind == "list" else f"({inner})"

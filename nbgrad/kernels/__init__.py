@@ -1,0 +1,1 @@
+"""Numba kernels: the compiled arithmetic behind every op."""

@@ -1,0 +1,262 @@
+"""Convolution and pooling kernels over C-contiguous NCHW arrays.
+
+Convolutions go through im2col + BLAS: for each sample and group, the receptive fields
+are copied into a ``(C/groups * kh * kw, Ho * Wo)`` column buffer and multiplied with
+the weight matrix by ``np.dot`` (BLAS) inside ``@njit``. The input gradient is the
+transpose (``W^T @ grad``, then col2im, a scatter-add), the weight gradient
+``grad @ cols^T`` summed over the batch. ``conv2d_direct`` (direct loops) is kept for
+comparison: perf/cnn_step.py times both on the issue's CNN.
+
+Pooling kernels are direct loops over each (n, c) plane. Window positions follow
+PyTorch: ``h = oh * stride - pad + i * dilation``; padded positions are skipped.
+
+Geometry arguments are plain ints, passed in one order everywhere:
+``kh, kw, sh, sw, ph, pw, dh, dw`` (kernel, stride, padding, dilation).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+OPTS = dict(cache=True, nogil=True)
+
+
+@njit(**OPTS)
+def valid_range(n_out, n_in, stride, offset):
+    """The outputs ``o`` in ``[lo, hi)`` with ``0 <= o * stride + offset < n_in``."""
+    lo = 0 if offset >= 0 else (-offset + stride - 1) // stride
+    hi = (n_in - offset + stride - 1) // stride if n_in > offset else 0
+    lo = min(lo, n_out)
+    hi = min(max(hi, lo), n_out)
+    return lo, hi
+
+
+@njit(**OPTS)
+def im2col(x, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, cols):
+    """``cols[(c*kh + i)*kw + j, oh*Wo + ow] = x[c, oh*sh - ph + i*dh, ow*sw - pw + j*dw]``
+    (zero outside the input); ``x`` is (C, H, W), ``cols`` (C*kh*kw, Ho*Wo)."""
+    C, H, W = x.shape
+    for c in range(C):
+        xc = x[c]
+        for i in range(kh):
+            for j in range(kw):
+                row = cols[(c * kh + i) * kw + j]
+                off = j * dw - pw
+                lo, hi = valid_range(Wo, W, sw, off)
+                for oh in range(Ho):
+                    dst = row[oh * Wo:(oh + 1) * Wo]
+                    h = oh * sh - ph + i * dh
+                    if h < 0 or h >= H:
+                        dst[:] = 0
+                        continue
+                    xr = xc[h]
+                    dst[:lo] = 0
+                    if sw == 1:
+                        dst[lo:hi] = xr[lo + off:hi + off]
+                    else:
+                        for ow in range(lo, hi):
+                            dst[ow] = xr[ow * sw + off]
+                    dst[hi:] = 0
+
+
+@njit(**OPTS)
+def col2im(cols, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, x):
+    """The transpose of :func:`im2col`: add every column entry back into ``x``."""
+    C, H, W = x.shape
+    for c in range(C):
+        xc = x[c]
+        for i in range(kh):
+            for j in range(kw):
+                row = cols[(c * kh + i) * kw + j]
+                off = j * dw - pw
+                lo, hi = valid_range(Wo, W, sw, off)
+                for oh in range(Ho):
+                    h = oh * sh - ph + i * dh
+                    if h < 0 or h >= H:
+                        continue
+                    src = row[oh * Wo:(oh + 1) * Wo]
+                    xr = xc[h]
+                    for ow in range(lo, hi):
+                        xr[ow * sw + off] += src[ow]
+
+
+@njit(**OPTS)
+def conv2d_forward(x, w, sh, sw, ph, pw, dh, dw, groups, out):
+    """``out`` (N, O, Ho, Wo) = conv of ``x`` (N, C, H, W) with ``w`` (O, C/groups, kh, kw)."""
+    N, C, H, W = x.shape
+    O, Cg, kh, kw = w.shape
+    Ho, Wo = out.shape[2], out.shape[3]
+    Og = O // groups
+    K = Cg * kh * kw
+    w2 = w.reshape(O, K)
+    out3 = out.reshape(N, O, Ho * Wo)
+    cols = np.empty((K, Ho * Wo), x.dtype)
+    for n in range(N):
+        for g in range(groups):
+            im2col(x[n, g * Cg:(g + 1) * Cg], kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, cols)
+            np.dot(w2[g * Og:(g + 1) * Og], cols, out3[n, g * Og:(g + 1) * Og])
+
+
+@njit(**OPTS)
+def conv2d_input_grad(gy, w, sh, sw, ph, pw, dh, dw, groups, gx):
+    """``gx`` (N, C, H, W, zero-filled) += the transposed conv of ``gy`` (N, O, Ho, Wo)."""
+    N, O, Ho, Wo = gy.shape
+    _, Cg, kh, kw = w.shape
+    Og = O // groups
+    K = Cg * kh * kw
+    wt = np.ascontiguousarray(w.reshape(O, K).T)  # (K, O)
+    gy3 = gy.reshape(N, O, Ho * Wo)
+    cols = np.empty((K, Ho * Wo), gy.dtype)
+    for g in range(groups):
+        wg = np.ascontiguousarray(wt[:, g * Og:(g + 1) * Og])
+        for n in range(N):
+            np.dot(wg, gy3[n, g * Og:(g + 1) * Og], cols)
+            col2im(cols, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, gx[n, g * Cg:(g + 1) * Cg])
+
+
+@njit(**OPTS)
+def conv2d_weight_grad(gy, x, sh, sw, ph, pw, dh, dw, groups, gw):
+    """``gw`` (O, C/groups, kh, kw) = sum over the batch of ``gy @ cols(x)^T``."""
+    N, O, Ho, Wo = gy.shape
+    _, Cg, kh, kw = gw.shape
+    Og = O // groups
+    K = Cg * kh * kw
+    gw2 = gw.reshape(O, K)
+    gw2[:] = 0
+    gy3 = gy.reshape(N, O, Ho * Wo)
+    cols = np.empty((K, Ho * Wo), x.dtype)
+    part = np.empty((Og, K), x.dtype)
+    for n in range(N):
+        for g in range(groups):
+            im2col(x[n, g * Cg:(g + 1) * Cg], kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, cols)
+            np.dot(gy3[n, g * Og:(g + 1) * Og], cols.T, part)
+            gw2[g * Og:(g + 1) * Og] += part
+
+
+@njit(**OPTS)
+def conv2d_direct(x, w, sh, sw, ph, pw, dh, dw, groups, out):
+    """The same as :func:`conv2d_forward` by direct loops (no column buffer)."""
+    N, C, H, W = x.shape
+    O, Cg, kh, kw = w.shape
+    Ho, Wo = out.shape[2], out.shape[3]
+    Og = O // groups
+    out[:] = 0
+    for n in range(N):
+        for o in range(O):
+            g = o // Og
+            plane = out[n, o]
+            for c in range(Cg):
+                xc = x[n, g * Cg + c]
+                for i in range(kh):
+                    for j in range(kw):
+                        wv = w[o, c, i, j]
+                        off = j * dw - pw
+                        lo, hi = valid_range(Wo, W, sw, off)
+                        for oh in range(Ho):
+                            h = oh * sh - ph + i * dh
+                            if h < 0 or h >= H:
+                                continue
+                            xr = xc[h]
+                            orow = plane[oh]
+                            if sw == 1:
+                                src = xr[lo + off:hi + off]
+                                dst = orow[lo:hi]
+                                for k in range(hi - lo):
+                                    dst[k] += wv * src[k]
+                            else:
+                                for ow in range(lo, hi):
+                                    orow[ow] += wv * xr[ow * sw + off]
+
+
+# ------------------------------------------------------------------ pooling
+@njit(**OPTS)
+def max_pool2d_forward(x, kh, kw, sh, sw, ph, pw, dh, dw, out, idx):
+    """Max over each window of the planes ``x`` (P, H, W) into ``out`` (P, Ho, Wo), and
+    the flat position ``h * W + w`` of the maximum into ``idx`` (NaN wins, as in torch)."""
+    P, H, W = x.shape
+    Ho, Wo = out.shape[1], out.shape[2]
+    for p in range(P):
+        xp = x[p]
+        for oh in range(Ho):
+            for ow in range(Wo):
+                best = -np.inf
+                bi = -1
+                for i in range(kh):
+                    h = oh * sh - ph + i * dh
+                    if h < 0 or h >= H:
+                        continue
+                    for j in range(kw):
+                        w = ow * sw - pw + j * dw
+                        if w < 0 or w >= W:
+                            continue
+                        v = xp[h, w]
+                        if bi < 0 or v > best or v != v:
+                            best = v
+                            bi = h * W + w
+                out[p, oh, ow] = best
+                idx[p, oh, ow] = bi
+
+
+@njit(**OPTS)
+def _avg_window(o, s, p, k, n):
+    """(start, end, size with padding) of an average-pooling window, clipped as torch."""
+    start = o * s - p
+    end = min(start + k, n + p)
+    size = end - start
+    return max(start, 0), min(end, n), size
+
+
+@njit(**OPTS)
+def avg_pool2d_forward(x, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, out):
+    """Mean over each window; ``divisor > 0`` overrides the window size."""
+    P, H, W = x.shape
+    Ho, Wo = out.shape[1], out.shape[2]
+    for p in range(P):
+        xp = x[p]
+        for oh in range(Ho):
+            h0, h1, hs = _avg_window(oh, sh, ph, kh, H)
+            for ow in range(Wo):
+                w0, w1, ws = _avg_window(ow, sw, pw, kw, W)
+                if h0 >= h1 or w0 >= w1:
+                    out[p, oh, ow] = 0
+                    continue
+                acc = 0.0
+                for h in range(h0, h1):
+                    row = xp[h]
+                    for w in range(w0, w1):
+                        acc += row[w]
+                if divisor > 0:
+                    d = divisor
+                elif count_include_pad:
+                    d = hs * ws
+                else:
+                    d = (h1 - h0) * (w1 - w0)
+                out[p, oh, ow] = acc / d
+
+
+@njit(**OPTS)
+def avg_pool2d_backward(gy, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, gx):
+    """The transpose of :func:`avg_pool2d_forward`: spread each gradient over its window
+    (``gx`` zero-filled)."""
+    P, H, W = gx.shape
+    Ho, Wo = gy.shape[1], gy.shape[2]
+    for p in range(P):
+        gp = gx[p]
+        for oh in range(Ho):
+            h0, h1, hs = _avg_window(oh, sh, ph, kh, H)
+            for ow in range(Wo):
+                w0, w1, ws = _avg_window(ow, sw, pw, kw, W)
+                if h0 >= h1 or w0 >= w1:
+                    continue
+                if divisor > 0:
+                    d = divisor
+                elif count_include_pad:
+                    d = hs * ws
+                else:
+                    d = (h1 - h0) * (w1 - w0)
+                v = gy[p, oh, ow] / d
+                for h in range(h0, h1):
+                    row = gp[h]
+                    for w in range(w0, w1):
+                        row[w] += v

@@ -1,0 +1,226 @@
+"""One benchmark row in its own fresh process: ``python -m perf.worker '<json spec>'``.
+
+The parent (``perf.harness``) starts one worker per implementation and workload, with
+the thread-pinning environment already set. The worker imports its framework (timed),
+builds the inputs and the NumPy reference, builds the step, times the first call,
+checks the loss and gradients against the reference, and reports ``ready``. It then
+answers the parent's commands, one JSON object per line on stdin, with one JSON line
+each on its protocol channel (the original stdout; anything the frameworks print goes
+to stderr, which the parent logs):
+
+- ``{"cmd": "calibrate"}``: warm-up calls; picks how many calls make one timed block.
+- ``{"cmd": "round", "min_blocks": k, "min_time": s, "max_time": s}``: times blocks.
+- ``{"cmd": "finish", "probe": true}``: builds the step again and times its first call
+  (a new graph in a warm process), reports peak memory, and exits.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import resource
+import sys
+import time
+import traceback
+
+BLOCK_TARGET_S = 5e-3  # a timed block lasts at least this long (many calls if they are short)
+
+
+def _rss_mb() -> float:
+    """Current resident set size in MiB (Linux /proc; falls back to the peak)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return _peak_rss_mb()
+
+
+def _peak_rss_mb() -> float:
+    """Peak resident set size of this process in MiB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024 if sys.platform != "darwin" else peak / 2**20
+
+
+def _configure(framework: str) -> None:
+    """Framework settings that must follow the import: one thread, float64 where asked."""
+    if framework == "torch":
+        import torch
+
+        torch.set_num_threads(1)
+        try:
+            torch.set_num_interop_threads(1)
+        except RuntimeError:  # already set
+            pass
+    elif framework == "jax":
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+        jax.config.update("jax_platforms", "cpu")
+
+
+class Worker:
+    """Holds one built step and answers the parent's commands."""
+
+    def __init__(self, spec: dict, send) -> None:
+        self.spec = spec
+        self.send = send
+        self.step = None
+        self.calls_per_block = 1
+
+    # -- start-up ----------------------------------------------------------------
+    def start(self) -> bool:
+        """Import, build, first call, agreement check; sends one status message."""
+        from .core import FRAMEWORKS, TOLERANCES, Mismatch, Unavailable
+
+        spec = self.spec
+        fw = spec["framework"]
+        t0 = time.perf_counter()
+        importlib.import_module(FRAMEWORKS[fw])
+        import_s = time.perf_counter() - t0
+        _configure(fw)
+
+        from . import workloads
+        from .core import as_output, compare
+
+        mod = workloads.get(spec["workload"])
+        impl = next(i for i in mod.IMPLS if i.id == spec["impl"])
+        self.mod, self.impl = mod, impl
+        params = spec["params"]
+        inputs = mod.make_inputs(params, spec.get("seed", 0))
+        want = mod.reference(inputs, params)
+        self.inputs, self.params = inputs, params
+        msg: dict = {"import_s": import_s, "base_rss_mb": _rss_mb()}
+
+        t0 = time.perf_counter()
+        try:
+            step = impl.build(inputs, params)
+        except Unavailable as exc:
+            self.send({"status": "skipped", "note": str(exc), **msg})
+            return False
+        msg["setup_s"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        try:
+            raw = step()
+        except NotImplementedError as exc:
+            self.send({"status": "skipped", "note": f"{impl.label}: not implemented: {exc}",
+                       **msg})
+            return False
+        msg["first_call_s"] = time.perf_counter() - t0
+
+        got = as_output(raw)
+        agreement = compare(got, want)
+        tol = TOLERANCES[mod.DTYPE]
+        agreement["tol"] = tol
+        msg["agreement"] = agreement
+        if not agreement["max"] <= tol:
+            self.send({"status": "mismatch", "note": agreement.get(
+                "problem", f"max relative error {agreement['max']:.3g} > {tol:g}"), **msg})
+            return False
+        if impl.inspect is not None:
+            try:
+                msg["info"] = impl.inspect(step)
+            except Mismatch as exc:
+                self.send({"status": "mismatch", "note": str(exc), **msg})
+                return False
+        self.step = step
+        self.send({"status": "ready", **msg})
+        return True
+
+    # -- commands ----------------------------------------------------------------
+    def calibrate(self, warmup_time: float = 0.3, warmup_cap: float = 3.0) -> dict:
+        """Warm-up calls (at least 5, at least ``warmup_time``), then the block size.
+
+        Warming up long enough also lets ``nbgrad.jit(mode="auto")`` promote a hot graph
+        before timing starts.
+        """
+        step = self.step
+        times = []
+        t_start = time.perf_counter()
+        while True:
+            t0 = time.perf_counter()
+            step()
+            t1 = time.perf_counter()
+            times.append(t1 - t0)
+            elapsed = t1 - t_start
+            if len(times) >= 5 and elapsed >= warmup_time:
+                break
+            if len(times) >= 3 and elapsed >= warmup_cap:
+                break
+        times.sort()
+        call_s = times[len(times) // 2]
+        self.calls_per_block = max(1, math.ceil(BLOCK_TARGET_S / max(call_s, 1e-9)))
+        return {"call_s": call_s, "calls_per_block": self.calls_per_block,
+                "warmup_calls": len(times)}
+
+    def round(self, min_blocks: int, min_time: float, max_time: float) -> dict:
+        """Time blocks until both minimums are met, or ``max_time`` has passed."""
+        step, k = self.step, self.calls_per_block
+        per_call = []
+        t_start = time.perf_counter()
+        while True:
+            t0 = time.perf_counter()
+            for _ in range(k):
+                step()
+            t1 = time.perf_counter()
+            per_call.append((t1 - t0) / k)
+            elapsed = t1 - t_start
+            if len(per_call) >= min_blocks and elapsed >= min_time:
+                break
+            if elapsed >= max_time:
+                break
+        return {"times": per_call, "calls_per_block": k}
+
+    def finish(self, probe: bool) -> dict:
+        """Optionally time the first call of a freshly built step; report memory."""
+        out: dict = {}
+        if probe:
+            step = self.impl.build(self.inputs, self.params)
+            t0 = time.perf_counter()
+            step()
+            out["first_call_warm_s"] = time.perf_counter() - t0
+        out["peak_rss_mb"] = _peak_rss_mb()
+        return out
+
+
+def main() -> int:
+    """Run one worker; the spec is the JSON in ``sys.argv[1]``."""
+    spec = json.loads(sys.argv[1])
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # whatever the frameworks print goes to stderr, not the protocol
+
+    def send(msg: dict) -> None:
+        proto.write(json.dumps(msg) + "\n")
+        proto.flush()
+
+    worker = Worker(spec, send)
+    try:
+        if not worker.start():
+            return 0
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            name = cmd.pop("cmd")
+            if name == "calibrate":
+                send(worker.calibrate())
+            elif name == "round":
+                send(worker.round(**cmd))
+            elif name == "finish":
+                send(worker.finish(**cmd))
+                return 0
+            else:
+                send({"status": "error", "note": f"unknown command {name!r}"})
+                return 2
+    except Exception as exc:  # report any failure to the parent, with its traceback tail
+        tb = traceback.format_exc()
+        sys.stderr.write(tb)
+        send({"status": "error", "note": f"{type(exc).__name__}: {exc}"[:500],
+              "traceback": tb[-4000:]})
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""A damaged, truncated or read-only compile cache: nbgrad recompiles, warns once, and
+its results do not change."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = """
+import warnings
+warnings.simplefilter("always")
+import nbgrad as nb
+x = nb.tensor([1.0, 2.0], requires_grad=True)
+(x.exp() * x + 1.0).sum().backward()
+print("RESULT", *x.grad.tolist())
+"""
+
+
+def run(cache: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, NBGRAD_CACHE_DIR=str(cache))
+    return subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def result(proc: subprocess.CompletedProcess) -> list[float]:
+    assert proc.returncode == 0, proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
+    return [float(v) for v in line.split()[1:]]
+
+
+@pytest.fixture(scope="module")
+def warm_cache(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    first = run(cache)
+    return cache, result(first)
+
+
+def _files(cache: Path, pattern: str) -> list[Path]:
+    return sorted(cache.glob(f"*/{pattern}"))
+
+
+def test_corrupt_index_and_data_files_recompile_with_one_warning(warm_cache):
+    cache, expected = warm_cache
+    for f in _files(cache, "__pycache__/*.nbi"):
+        f.write_bytes(b"garbage")
+    for f in _files(cache, "__pycache__/*.nbc"):
+        f.write_bytes(f.read_bytes()[:50])
+    proc = run(cache)
+    assert result(proc) == expected
+    assert proc.stderr.count("compile cache") == 1 and "damaged" in proc.stderr
+    assert "compile cache" not in run(cache).stderr  # repaired
+
+
+def test_truncated_generated_source_is_regenerated(warm_cache):
+    cache, expected = warm_cache
+    (source,) = _files(cache, "elementwise_*.py")
+    source.write_text(source.read_text()[:200])
+    proc = run(cache)
+    assert result(proc) == expected
+    assert "damaged" in proc.stderr and "regenerated" in proc.stderr
+
+
+def test_unwritable_cache_folder_still_works(warm_cache, tmp_path):
+    _, expected = warm_cache
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")  # nothing can be created below a file, even as root
+    proc = run(blocker / "cache")
+    assert result(proc) == expected
+    assert proc.stderr.count("not writable") == 1
+
+
+def test_unusable_numba_cache_folder_still_works(warm_cache):
+    cache, expected = warm_cache
+    pycache = next(cache.glob("*/__pycache__"))
+    for f in pycache.iterdir():
+        f.unlink()
+    pycache.rmdir()
+    pycache.write_text("numba cannot write here")
+    try:
+        assert result(run(cache)) == expected
+    finally:
+        pycache.unlink()

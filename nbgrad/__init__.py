@@ -31,6 +31,8 @@ from .factories import (
 from .functional import grad, hessian, hvp, jacobian, jvp, value_and_grad, vjp
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .ops import *  # noqa: F403
+from . import jit  # noqa: E402 - a callable module: nbgrad.jit(f), nbgrad.jit.ir, ...
+from .jit import fori_loop, scan  # noqa: E402
 from .tensor import Tensor
 
 bool = bool_  # noqa: A001 - torch's name for the dtype

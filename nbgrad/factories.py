@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,9 +67,16 @@ def as_tensor(data: Any, dtype: Any = None) -> Tensor:
 
 def from_numpy(array: np.ndarray) -> Tensor:
     """A tensor sharing memory with ``array`` (which must be C-contiguous)."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy: expected a NumPy array, not {type(array).__name__}")
     dt = dtypes.as_dtype(array.dtype)
-    if dt != array.dtype or not array.flags.c_contiguous:
-        raise TypeError("from_numpy needs a C-contiguous array of a supported dtype")
+    if dt != array.dtype:
+        raise TypeError(f"from_numpy: dtype {array.dtype} is not supported (nbgrad.tensor "
+                        "converts it, with a copy)")
+    if not array.flags.c_contiguous:
+        raise TypeError(f"from_numpy: the array (shape {array.shape}, strides "
+                        f"{array.strides}) is not C-contiguous, so memory cannot be shared; "
+                        "use nbgrad.tensor(array), which copies")
     return Tensor._make(array)
 
 
@@ -94,15 +102,15 @@ def from_dlpack(obj: Any) -> Tensor:
     return Tensor._make(arr if arr.flags.c_contiguous else c_contiguous(arr))
 
 
-def _shape(size: Sequence[int] | int) -> tuple[int, ...]:
+def _shape(size: Sequence[int] | int, op: str = "size") -> tuple[int, ...]:
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = size[0]
     try:
-        shape = tuple(int(s) for s in size)
+        shape = tuple(operator.index(s) for s in size)
     except TypeError:
-        raise TypeError(f"size must be ints, got {size!r}") from None
+        raise TypeError(f"{op}: size must be ints, got {tuple(size)!r}") from None
     if any(s < 0 for s in shape):
-        raise ValueError(f"negative dimension in size {shape}")
+        raise ValueError(f"{op}: negative dimension in size {shape}")
     return shape
 
 
@@ -116,21 +124,30 @@ def _dt(dtype: Any, default=dtypes.float64) -> np.dtype:
 
 
 def zeros(*size, dtype: Any = None, requires_grad: bool = False, device: Any = "cpu") -> Tensor:
-    return _make(np.zeros(_shape(size), _dt(dtype)), requires_grad, device)
+    return _make(np.zeros(_shape(size, "zeros"), _dt(dtype)), requires_grad, device)
 
 
 def ones(*size, dtype: Any = None, requires_grad: bool = False, device: Any = "cpu") -> Tensor:
-    return _make(np.ones(_shape(size), _dt(dtype)), requires_grad, device)
+    return _make(np.ones(_shape(size, "ones"), _dt(dtype)), requires_grad, device)
 
 
 def empty(*size, dtype: Any = None, requires_grad: bool = False, device: Any = "cpu") -> Tensor:
-    return _make(np.zeros(_shape(size), _dt(dtype)), requires_grad, device)
+    return _make(np.zeros(_shape(size, "empty"), _dt(dtype)), requires_grad, device)
+
+
+def _numbers(op: str, **values: Any) -> None:
+    """Refuse, naming ``op``, any of ``values`` that is not a real number."""
+    for name, value in values.items():
+        if not (isinstance(value, (int, float, np.integer, np.floating, np.bool_))
+                or (isinstance(value, Tensor) and value.ndim == 0)):
+            raise TypeError(f"{op}: {name} must be a number, not {type(value).__name__}")
 
 
 def full(size, fill_value, dtype: Any = None, requires_grad: bool = False,
          device: Any = "cpu") -> Tensor:
+    _numbers("full", fill_value=fill_value)
     default = dtypes.as_dtype(np.asarray(fill_value).dtype)
-    shape = _shape((size,) if isinstance(size, int) else tuple(size))
+    shape = _shape((size,) if isinstance(size, (int, np.integer)) else tuple(size), "full")
     return _make(np.full(shape, fill_value, _dt(dtype, default)), requires_grad, device)
 
 
@@ -151,15 +168,21 @@ def arange(start, end=None, step=1, dtype: Any = None, requires_grad: bool = Fal
            device: Any = "cpu") -> Tensor:
     if end is None:
         start, end = 0, start
+    _numbers("arange", start=start, end=end, step=step)
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
     arr = np.arange(start, end, step)
     return _make(arr.astype(_dt(dtype, dtypes.as_dtype(arr.dtype))), requires_grad, device)
 
 
 def linspace(start: float, end: float, steps: int, dtype: Any = None,
              requires_grad: bool = False, device: Any = "cpu") -> Tensor:
-    return _make(np.linspace(start, end, int(steps), dtype=_dt(dtype)), requires_grad, device)
+    _numbers("linspace", start=start, end=end)
+    steps = _shape((steps,), "linspace")[0]
+    return _make(np.linspace(start, end, steps, dtype=_dt(dtype)), requires_grad, device)
 
 
 def eye(n: int, m: int | None = None, dtype: Any = None, requires_grad: bool = False,
         device: Any = "cpu") -> Tensor:
+    n, m = _shape((n, n if m is None else m), "eye")
     return _make(np.eye(n, m, dtype=_dt(dtype)), requires_grad, device)

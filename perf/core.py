@@ -62,7 +62,9 @@ class Impl:
     facts to record (for example which execution path a jitted custom Function took);
     it raises :class:`Mismatch` if the row would be mislabelled. Rows with
     ``default=False`` (e.g. forcing one tier of ``nbgrad.jit``) run only when selected
-    by their id, such as ``--frameworks nbgrad:jit-compile``.
+    by their id, such as ``--frameworks nbgrad:jit-compile``. ``skip_when(exc)`` maps an
+    exception of the first call that means "this framework does not support this yet"
+    to a skip note (any other exception is an error).
     """
 
     framework: str
@@ -71,6 +73,7 @@ class Impl:
     build: Callable[[dict, dict], Callable[[], Any]]
     inspect: Callable[[Callable[[], Any]], dict] | None = None
     default: bool = True  # False: measured only when asked for by its id
+    skip_when: Callable[[BaseException], str | None] | None = None
 
     @property
     def id(self) -> str:

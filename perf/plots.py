@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .core import FRAMEWORKS
-from .report import floor_median, ok_rows
+from .report import floor_median, fmt_ratio, ok_rows
 
 #: One colour per framework, so a framework looks the same in every plot.
 COLORS = {"numba": "#555555", "nbgrad": "#d62728", "torch": "#ee7f0e", "jax": "#1f77b4",
@@ -19,15 +19,7 @@ _ORDER = list(FRAMEWORKS)
 
 
 def _pyplot():
-    import matplotlib
-
-    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline"
-                                                 ".backend_inline"):
-        try:
-            matplotlib.use("Agg")
-        except (ImportError, ValueError):
-            pass
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # imported on use: the runner never needs matplotlib
 
     return plt
 
@@ -57,7 +49,7 @@ def plot_ratios(results: dict):
         ax.set_yticks(list(ypos), labels, fontsize=7)
         ax.invert_yaxis()
         for y, v in zip(ypos, vals, strict=True):
-            ax.text(v, y, f" {v:.3g}x", va="center", fontsize=7)
+            ax.text(v, y, " " + fmt_ratio(v), va="center", fontsize=7)
         ax.set_title(f"{case['workload']} {case['name']} (floor {fl * 1e3:.3g} ms)",
                      fontsize=9)
         ax.set_xlabel("median time / hand-written floor (log)", fontsize=8)

@@ -155,7 +155,8 @@ def summary_table(cases: list[dict]) -> str:
                        f"({best['variant']} vs {FRAMEWORK_TITLES[bp['framework']]})")
         else:
             verdict = "–"
-        lines.append(f"| {case['workload']} {case['name']} | " + " | ".join(cells)
+        size = "" if case.get("size") == "full" else f" [{case.get('size')}]"
+        lines.append(f"| {case['workload']} {case['name']}{size} | " + " | ".join(cells)
                      + f" | {verdict} |")
     return "\n".join(lines)
 

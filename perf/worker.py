@@ -105,9 +105,13 @@ class Worker:
         t0 = time.perf_counter()
         try:
             raw = step()
-        except NotImplementedError as exc:
-            self.send({"status": "skipped", "note": f"{impl.label}: not implemented: {exc}",
-                       **msg})
+        except Exception as exc:
+            note = impl.skip_when(exc) if impl.skip_when else None
+            if note is None and isinstance(exc, NotImplementedError):
+                note = f"{impl.label}: not implemented: {exc}"
+            if note is None:
+                raise
+            self.send({"status": "skipped", "note": note, **msg})
             return False
         msg["first_call_s"] = time.perf_counter() - t0
 

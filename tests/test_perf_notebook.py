@@ -25,7 +25,6 @@ def test_comparison_notebook_executes(tmp_path, monkeypatch):
     monkeypatch.setenv("PERF_RESULTS", str(results))
     monkeypatch.setenv("PERF_SCALING", str(scaling))
     monkeypatch.setenv("PERF_PLOT_DIR", str(tmp_path))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=180, kernel_name="python3",
                                      resources={"metadata": {"path": str(NOTEBOOK.parent)}})

@@ -115,7 +115,13 @@ def test_nbgrad_rows_agree_or_name_what_is_missing(wid):
             assert m, exc
             assert not _resolves(m.group(1)), exc
             continue
-        errs = compare(as_output(step()), mod.reference(inp, p))
+        try:
+            out = step()
+        except Exception as exc:  # only a declared "not supported yet" may skip
+            if impl.skip_when is None or impl.skip_when(exc) is None:
+                raise
+            continue
+        errs = compare(as_output(out), mod.reference(inp, p))
         assert errs["max"] <= TOLERANCES[mod.DTYPE], (impl.id, errs)
 
 
@@ -166,7 +172,7 @@ def _run_perf(args, cwd, timeout=240):
 def test_runner_smoke(tmp_path):
     """The real runner, tiny sizes: fresh processes, rounds, JSON and markdown out."""
     out = tmp_path / "results"
-    proc = _run_perf(["--workloads", "W1,W6", "--frameworks", "nbgrad,numba", "--size", "tiny",
+    proc = _run_perf(["--workloads", "W6", "--frameworks", "nbgrad,numba", "--size", "tiny",
                       "--rounds", "2", "--min-samples", "4", "--min-time", "0.02",
                       "--max-round-time", "0.5", "--no-probe", "--out-dir", str(out)],
                      cwd=ROOT)
@@ -175,7 +181,7 @@ def test_runner_smoke(tmp_path):
     assert len(files) == 1
     data = json.loads(files[0].read_text())
     assert files[0].with_suffix(".md").exists()
-    assert [c["workload"] for c in data["cases"]] == ["W1", "W6"]
+    assert [c["workload"] for c in data["cases"]] == ["W6"]
     assert data["settings"]["env"]["OMP_NUM_THREADS"] == "1"
     for case in data["cases"]:
         by_id = {r["impl"]: r for r in case["rows"]}
@@ -191,12 +197,13 @@ def test_runner_smoke(tmp_path):
             assert row["status"] in ("ok", "skipped"), row
             if row["status"] == "skipped":
                 assert "not available" in row["note"] or "not supported" in row["note"]
-    assert data["cases"][1]["rows"][0]["us_per_op"] > 0
+    assert data["cases"][0]["rows"][0]["us_per_op"] > 0
     # the table of the latest results, as `nbgrad bench` prints it
     table = _run_perf(["--table-only", "--out-dir", str(out), "--frameworks", "numba"],
                       cwd=tmp_path)
     assert table.returncode == 0, table.stderr
-    assert "| W1 rollout |" in table.stdout and "hand-written Numba (floor)" in table.stdout
+    assert "| W6 tiny_ops [tiny] |" in table.stdout
+    assert "hand-written Numba (floor)" in table.stdout
     assert "\n| nbgrad eager |" not in table.stdout  # its detailed row is filtered out
 
 

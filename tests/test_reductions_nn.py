@@ -141,6 +141,10 @@ def test_dropout_is_deterministic_with_a_seed(rng):
     kept = a.numpy() != 0
     assert 0.65 < kept.mean() < 0.85
     np.testing.assert_allclose(a.numpy()[kept], x.numpy()[kept] / 0.75)
+    nb.random.seed(4)
+    d = F.dropout(x, 0.5)
+    nb.random.seed(4)
+    np.testing.assert_array_equal(F.dropout(x, 0.5).numpy(), d.numpy())
     gen1, gen2 = np.random.default_rng(5), np.random.default_rng(5)
     np.testing.assert_array_equal(F.dropout(x, 0.5, generator=gen1).numpy(),
                                   F.dropout(x, 0.5, generator=gen2).numpy())

@@ -112,6 +112,9 @@ class GraphTask:
 
     def _prepare(self, node: Node, grads: list) -> None:
         """Run tensor hooks, retain_grad and captures on the summed gradients."""
+        leaf_hooks = node.variable._hooks if type(node) is AccumulateGrad else None
+        if not (node._pre_hooks or leaf_hooks or node._retain or self.captured):
+            return  # the common case: nothing to do
         for nr, g in enumerate(grads):
             if g is None:
                 continue
@@ -119,8 +122,8 @@ class GraphTask:
                 for hook in list(node._pre_hooks.get(nr, {}).values()):
                     out = hook(g)
                     g = g if out is None else out
-            if isinstance(node, AccumulateGrad) and node.variable._hooks:
-                for hook in list(node.variable._hooks.values()):
+            if leaf_hooks:
+                for hook in list(leaf_hooks.values()):
                     out = hook(g)
                     g = g if out is None else out
             grads[nr] = g

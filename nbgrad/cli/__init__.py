@@ -92,9 +92,10 @@ def _float32_warning(opts) -> None:
     from .problems import FLOAT32_FLOORS
     if opts.dtype == "float32":
         floors = ", ".join(f"{k}={v:g}" for k, v in FLOAT32_FLOORS.items())
-        click.echo("warning: checking in float32: finite differences are noisy in single "
-                   f"precision, so tolerances are raised to at least {floors} (explicit "
-                   "--eps/--atol/--rtol win)", err=True)
+        click.echo("warning: checking in float32: float32 analytic gradients are compared "
+                   "with finite differences taken in float64 at the same points, with "
+                   f"tolerances raised to at least {floors} (explicit --atol/--rtol win)",
+                   err=True)
 
 
 def _resolve_ops(names: list[str]) -> list[str]:
@@ -225,17 +226,21 @@ def ops(as_json: bool) -> int:
 
 
 # ------------------------------------------------------------------ bench
-@cli.command("bench", context_settings=CONTEXT)
+@cli.command("bench", context_settings={**CONTEXT, "ignore_unknown_options": True})
 @click.option("--workloads", default=None, metavar="W1,W3",
               help="Comma-separated workload ids (default: all).")
 @click.option("--frameworks", default=None, metavar="NAMES",
               help="Comma-separated frameworks (default: all that are installed).")
 @click.option("--rounds", type=click.IntRange(min=1), default=None,
               help="Interleaved rounds (default: the runner's).")
-@click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- RUNNER ARGS]")
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[RUNNER ARGS]")
 def bench(workloads: str | None, frameworks: str | None, rounds: int | None,
           extra: tuple[str, ...]) -> int:
-    """Run the perf/ benchmarks (python -m perf) and print the comparison table."""
+    """Run the perf/ benchmarks (python -m perf) and print the comparison table.
+
+    Other options (e.g. --size tiny) go to the runner unchanged; see
+    'python -m perf --help'. Needs a source checkout with perf/.
+    """
     from .bench import run_bench
     return run_bench(workloads, frameworks, rounds, extra)
 

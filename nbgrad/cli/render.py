@@ -74,15 +74,12 @@ def check_table(rows: list[dict]) -> Table:
                      ("first order", {}), ("second order", {}), ("mode", {}),
                      ("time", {"justify": "right"})):
         table.add_column(name, **kw)
-    previous = None
     for row in rows:
         samples = str(row["samples"]) if row["samples"] else "-"
         if row["skipped_samples"]:
             samples += f" (+{row['skipped_samples']} skipped)"
-        table.add_row(row["op"] if row["op"] != previous else "", samples,
-                      _order_cell(row["first_order"]), _order_cell(row["second_order"]),
-                      row["mode"], f"{row['time_s']:.2f} s")
-        previous = row["op"]
+        table.add_row(row["op"], samples, _order_cell(row["first_order"]),
+                      _order_cell(row["second_order"]), row["mode"], f"{row['time_s']:.2f} s")
     return table
 
 

@@ -120,3 +120,21 @@ def coverage() -> dict[str, bool]:
 def missing() -> list[str]:
     """Table ops without a CUDA kernel."""
     return [name for name, ok in coverage().items() if not ok]
+
+
+def backward_gaps() -> dict[str, list[str]]:
+    """Covered ops whose gradient formulas call ops without a CUDA kernel (and those ops).
+
+    Such an op runs forward on CUDA, but its backward raises the missing op's error.
+    """
+    from ..ops.registry import table
+    cov = coverage()
+    gaps = {}
+    for name, entry in table().items():
+        if not cov[name]:
+            continue
+        called = set().union(*(f.ops for f in entry.formulas.values()))
+        missing_ops = sorted(o for o in called if not cov.get(o, False))
+        if missing_ops:
+            gaps[name] = missing_ops
+    return gaps

@@ -178,6 +178,22 @@ class CudaArray:
             src = self.copy()
         return src.buf.copy_to_host().reshape(self.shape)
 
+    def min(self):  # noqa: A003 - NumPy's name
+        """The smallest element, as a host scalar (a device reduction, then a copy)."""
+        return self._extreme(K.MIN, "minimum")
+
+    def max(self):  # noqa: A003 - NumPy's name
+        """The largest element, as a host scalar (a device reduction, then a copy)."""
+        return self._extreme(K.MAX, "maximum")
+
+    def _extreme(self, op: int, name: str):
+        if self.size == 0:
+            raise ValueError(f"zero-size array to reduction operation {name} which has no "
+                             "identity")
+        from .compute import reduce
+        out = reduce(self, tuple(range(self.ndim)), (), op, self.dtype)
+        return out.copy_to_host()[()]
+
     # ------------------------------------------------------------------ NumPy protocol
     def __array__(self, dtype=None, copy=None):
         raise TypeError("a CUDA tensor's data cannot be converted to a NumPy array "

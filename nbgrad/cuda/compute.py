@@ -174,26 +174,63 @@ def upload_positions(positions: np.ndarray):
     return cuda.to_device(flat if flat.size else np.zeros(1, np.int64))
 
 
-def gather(x: CudaArray, positions: np.ndarray) -> CudaArray:
-    """``x.reshape(-1)[positions]`` (logical element numbers; any strides of ``x``)."""
-    out = empty(positions.shape, x.dtype)
+def gather(x: CudaArray, positions, shape: tuple[int, ...] | None = None) -> CudaArray:
+    """``x.reshape(-1)[positions]`` (logical element numbers, negative ones from the end;
+    any strides of ``x``). ``positions``: a host array, or a flat int64 device array
+    of ``shape``."""
+    out = empty(positions.shape if shape is None else shape, x.dtype)
     n = out.size
     if n:
         shape, (strides,) = collapse(x.shape, x.strides)
         blocks, threads = grid_1d(n)
-        K.gather[blocks, threads](out.buf, n, upload_positions(positions), x.buf, x.offset,
-                                  shape, strides)
+        pos = positions if not isinstance(positions, np.ndarray) else \
+            upload_positions(positions)
+        K.gather[blocks, threads](out.buf, n, pos, x.buf, x.offset, shape, strides, x.size)
     return out
 
 
-def scatter(out: CudaArray, positions: np.ndarray, values: CudaArray, add: bool) -> None:
-    """``out.reshape(-1)[positions] (+)= values`` (``out`` contiguous; repeats add up)."""
-    n = positions.size
+def scatter(out: CudaArray, positions, values: CudaArray, add: bool,
+            shape: tuple[int, ...] | None = None) -> None:
+    """``out.reshape(-1)[positions] (+)= values`` (``out`` fresh and C-contiguous; repeats
+    add up). ``positions``: a host array, or a flat int64 device array of ``shape``."""
+    shape = positions.shape if shape is None else shape
+    n = math.prod(shape)
     if n == 0:
         return
-    vals = values.broadcast_to(positions.shape)
-    shape, (strides,) = collapse(vals.shape, vals.strides)
+    vals = values.broadcast_to(shape)
+    cshape, (strides,) = collapse(vals.shape, vals.strides)
+    pos = positions if not isinstance(positions, np.ndarray) else upload_positions(positions)
     blocks, threads = grid_1d(n)
     kern = K.scatter_add if add else K.scatter_set
-    kern[blocks, threads](out.buf[out.offset:] if out.offset else out.buf, n,
-                          upload_positions(positions), vals.buf, vals.offset, shape, strides)
+    kern[blocks, threads](out.buf, n, pos, vals.buf, vals.offset, cshape, strides, out.size)
+
+
+def _padded(x: CudaArray) -> CudaArray:
+    return x.reshape(1) if x.ndim == 0 else x
+
+
+def gather_dim(x: CudaArray, dim: int, index: CudaArray) -> CudaArray:
+    """torch's ``gather`` along ``dim`` (the output has the index's shape)."""
+    out = empty(index.shape, x.dtype)
+    n = out.size
+    if n:
+        xi, ii = _padded(x), _padded(index)
+        blocks, threads = grid_1d(n)
+        K.gather_dim[blocks, threads](out.buf, n, ii.shape, ii.buf, ii.offset, ii.strides,
+                                      xi.buf, xi.offset, xi.strides, dim)
+    return out
+
+
+def scatter_dim(out: CudaArray, dim: int, index: CudaArray, src: CudaArray, accumulate: bool,
+                skip: int = -(2 ** 62)) -> None:
+    """``out[... index ...] (+)= src`` along ``dim`` over the index's shape (``out``
+    C-contiguous; ``src`` broadcast to the index's shape; ``skip``: an index to leave out)."""
+    n = index.size
+    if n == 0:
+        return
+    oi, ii = _padded(out), _padded(index)
+    si = _padded(src.astype(out.dtype, copy=False)).broadcast_to(ii.shape)
+    blocks, threads = grid_1d(n)
+    K.scatter_dim[blocks, threads](out.buf, n, ii.shape, ii.buf, ii.offset, ii.strides,
+                                   si.buf, si.offset, si.strides, oi.strides, dim, skip,
+                                   bool(accumulate))

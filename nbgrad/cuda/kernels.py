@@ -54,32 +54,108 @@ def copy_strided(dst, do, ds, src, so, ss, shape, n):
 
 
 @cuda.jit(cache=True)
-def gather(out, n, pos, src, so, shape, strides):
-    """``out[i] = src[pos[i]]``; ``pos`` are logical element numbers of ``src``."""
+def gather(out, n, pos, src, so, shape, strides, total):
+    """``out[i] = src[pos[i]]``; ``pos`` are logical element numbers of ``src`` (negative
+    ones count from ``total``, the element count)."""
     i = cuda.grid(1)
     step = cuda.gridsize(1)
     while i < n:
-        out[i] = src[offset_of(pos[i], shape, strides, so)]
+        p = pos[i]
+        if p < 0:
+            p += total
+        out[i] = src[offset_of(p, shape, strides, so)]
         i += step
 
 
 @cuda.jit(cache=True)
-def scatter_add(out, n, pos, vals, vo, shape, strides):
-    """``out[pos[i]] += vals[i]`` with atomics (repeated positions add up)."""
+def scatter_add(out, n, pos, vals, vo, shape, strides, total):
+    """``out[pos[i]] += vals[i]`` with atomics (repeated positions add up; negative
+    positions count from ``total``)."""
     i = cuda.grid(1)
     step = cuda.gridsize(1)
     while i < n:
-        cuda.atomic.add(out, pos[i], vals[offset_of(i, shape, strides, vo)])
+        p = pos[i]
+        if p < 0:
+            p += total
+        cuda.atomic.add(out, p, vals[offset_of(i, shape, strides, vo)])
         i += step
 
 
 @cuda.jit(cache=True)
-def scatter_set(out, n, pos, vals, vo, shape, strides):
-    """``out[pos[i]] = vals[i]``."""
+def scatter_set(out, n, pos, vals, vo, shape, strides, total):
+    """``out[pos[i]] = vals[i]`` (repeated positions: one of them wins)."""
     i = cuda.grid(1)
     step = cuda.gridsize(1)
     while i < n:
-        out[pos[i]] = vals[offset_of(i, shape, strides, vo)]
+        p = pos[i]
+        if p < 0:
+            p += total
+        out[p] = vals[offset_of(i, shape, strides, vo)]
+        i += step
+
+
+@cuda.jit(cache=True)
+def gather_dim(out, n, shape, idx, io, istrides, src, so, sstrides, dim):
+    """torch's ``gather``: ``out[e] = src[e with its coordinate along dim = idx[e]]``,
+    ``e`` running over the index's shape (``out`` is C-contiguous in that shape)."""
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < n:
+        e = i
+        ioff = io
+        soff = so
+        for d in range(len(shape) - 1, -1, -1):
+            s = shape[d]
+            c = e % s
+            e //= s
+            ioff += c * istrides[d]
+            if d != dim:
+                soff += c * sstrides[d]
+        out[i] = src[soff + idx[ioff] * sstrides[dim]]
+        i += step
+
+
+@cuda.jit(cache=True)
+def scatter_dim(out, n, shape, idx, io, istrides, src, so, sstrides, ostrides, dim, skip,
+                accumulate):
+    """``out[e with its coordinate along dim = idx[e]] (+)= src[e]`` over the index's
+    shape; indices equal to ``skip`` are left out; additions are atomic."""
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < n:
+        e = i
+        ioff = io
+        soff = so
+        ooff = 0
+        for d in range(len(shape) - 1, -1, -1):
+            s = shape[d]
+            c = e % s
+            e //= s
+            ioff += c * istrides[d]
+            soff += c * sstrides[d]
+            if d != dim:
+                ooff += c * ostrides[d]
+        t = idx[ioff]
+        if t != skip:
+            if accumulate:
+                cuda.atomic.add(out, ooff + t * ostrides[dim], src[soff])
+            else:
+                out[ooff + t * ostrides[dim]] = src[soff]
+        i += step
+
+
+@cuda.jit(cache=True)
+def triangle(out, n, shape, x, xo, strides, diagonal, lower):
+    """``out`` (C-contiguous) = ``x`` on and below (``lower``) or on and above the
+    ``diagonal``-th diagonal of the last two dimensions, zero elsewhere."""
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    nd = len(shape)
+    while i < n:
+        col = i % shape[nd - 1]
+        row = (i // shape[nd - 1]) % shape[nd - 2]
+        keep = col - row <= diagonal if lower else col - row >= diagonal
+        out[i] = x[offset_of(i, shape, strides, xo)] if keep else 0
         i += step
 
 

@@ -388,9 +388,7 @@ def _nonempty(x: CudaArray, dim, op: str) -> None:
 
 
 def _extreme_values(x: CudaArray, dim, keepdim: bool, op: str, is_max: bool) -> CudaArray:
-    _nonempty(x, dim, op)
-    return _row_reduce(x, dim, keepdim, op, lambda f, M, R, o: _launch(
-        R_.extreme_values_rows, M, f, M, R, 1, is_max, o))
+    return _extreme_dim(x, dim, keepdim, op, is_max)[0]
 
 
 @cuda_kernel("max")
@@ -414,18 +412,14 @@ def _amin(x: CudaArray, dim, keepdim: bool) -> CudaArray:
 
 
 def _extreme_dim(x: CudaArray, dim, keepdim: bool, op: str, is_max: bool):
+    """(values, first indices) of the largest (``is_max``) or smallest values over ``dim``."""
     _nonempty(x, dim, op)
-    idx_holder = []
-
-    def run(f, M, R, o):
-        idx = idx_holder[0]
-        _launch(R_.extreme_rows, M, f, M, R, 1, o, idx.buf, is_max)
-
     dims = rk.normalize_dims(dim, x.ndim, op)
     kept = tuple(x.shape[d] for d in range(x.ndim) if d not in dims)
-    idx_holder.append(empty(rk.keep_shape(x.shape, dims, keepdim, kept), np.int64))
-    values = _row_reduce(x, dim, keepdim, op, run)
-    return values, idx_holder[0]
+    idx = empty(rk.keep_shape(x.shape, dims, keepdim, kept), np.int64)
+    values = _row_reduce(x, dim, keepdim, op, lambda f, M, R, o: _launch(
+        R_.extreme_rows, M, f, M, R, 1, o, idx.buf, is_max))
+    return values, idx
 
 
 @cuda_kernel("max_dim")
@@ -682,3 +676,273 @@ def _linear(x, weight, bias):
 def _masked_fill(x, mask, value):
     return cew.run_ternary("where", mask.astype(np.bool_, copy=False),
                            value.astype(x.dtype, copy=False), x, x.dtype)
+
+
+@cuda_kernel("scan")
+def _scan_k(b: CudaArray, a: CudaArray, dim: int, reverse: bool) -> CudaArray:
+    shape = cew.broadcast_shape("scan", b.shape, a.shape)
+    dtype = np.result_type(b.dtype, a.dtype)
+    b = b.astype(dtype, copy=False).broadcast_to(shape)
+    a = a.astype(dtype, copy=False).broadcast_to(shape)
+    if not shape:
+        return b.copy()
+    av = _rows(a, (dim,))[0]
+
+    def run(f, M, R, o):
+        acc = empty((M,), dtype)
+        _launch(R_.scan_rows, M, f, _flat(av), M, R, 1, bool(reverse), acc.buf, o)
+
+    return _along(b, dim, dtype, run)
+
+
+@cuda_kernel("shift_along")
+def _shift_along(x: CudaArray, dim: int, offset: int, fill: float) -> CudaArray:
+    out = full(x.shape, fill, x.dtype)
+    n = x.shape[dim] if x.ndim else 1
+    if abs(offset) >= n:
+        return out
+    if x.ndim == 0:
+        return x.copy()
+    length = n - abs(offset)
+    dst, src = (offset, 0) if offset >= 0 else (0, -offset)
+    copy_into(C.narrow(out, dim, dst, length), C.narrow(x, dim, src, length))
+    return out
+
+
+# ---------------------------------------------------------------------- along one dimension
+@cuda_kernel("gather")
+def _gather(x: CudaArray, dim: int, index: CudaArray) -> CudaArray:
+    return C.gather_dim(x, dim, index.astype(np.int64, copy=False))
+
+
+@cuda_kernel("gather_backward")
+def _gather_backward(g: CudaArray, sizes, dim: int, index: CudaArray) -> CudaArray:
+    out = full(tuple(sizes), 0, g.dtype)
+    C.scatter_dim(out, dim, index.astype(np.int64, copy=False), g, True)
+    return out
+
+
+@cuda_kernel("scatter")
+def _scatter(x: CudaArray, dim: int, index: CudaArray, src: CudaArray) -> CudaArray:
+    out = x.copy()
+    C.scatter_dim(out, dim, index.astype(np.int64, copy=False), src, False)
+    return out
+
+
+@cuda_kernel("scatter_add")
+def _scatter_add(x: CudaArray, dim: int, index: CudaArray, src: CudaArray) -> CudaArray:
+    out = x.copy()
+    C.scatter_dim(out, dim, index.astype(np.int64, copy=False), src, True)
+    return out
+
+
+def _along_dim_index(index: CudaArray, shape: tuple[int, ...], dim: int) -> CudaArray:
+    """A 1-D index as a view of ``shape``: it varies along ``dim`` only (stride 0 elsewhere)."""
+    idx = index.astype(np.int64, copy=False).reshape(-1)
+    strides = tuple(idx.strides[0] if d == dim else 0 for d in range(len(shape)))
+    return idx.view_as(shape, strides, idx.offset, writeable=False)
+
+
+def _selected_shape(shape: tuple[int, ...], dim: int, n: int) -> tuple[int, ...]:
+    return shape[:dim] + (n,) + shape[dim + 1:] if shape else (n,)
+
+
+@cuda_kernel("index_select")
+def _index_select(x: CudaArray, dim: int, index: CudaArray) -> CudaArray:
+    xs = x.reshape(1) if x.ndim == 0 else x
+    shape = _selected_shape(xs.shape, dim, index.size)
+    out = C.gather_dim(xs, dim, _along_dim_index(index, shape, dim))
+    return out.reshape(_selected_shape(x.shape, dim, index.size)) if x.ndim else out
+
+
+@cuda_kernel("index_select_backward")
+def _index_select_backward(g: CudaArray, sizes, dim: int, index: CudaArray) -> CudaArray:
+    sizes = tuple(sizes)
+    out = full(sizes if sizes else (1,), 0, g.dtype)
+    gs = g.reshape(_selected_shape(out.shape, dim, index.size))
+    C.scatter_dim(out, dim, _along_dim_index(index, gs.shape, dim), gs, True)
+    return out.reshape(sizes)
+
+
+@cuda_kernel("take")
+def _take(x: CudaArray, index: CudaArray) -> CudaArray:
+    pos = _contiguous_flat(index, np.int64)
+    return C.gather(x, pos, index.shape)
+
+
+@cuda_kernel("take_backward")
+def _take_backward(g: CudaArray, sizes, index: CudaArray) -> CudaArray:
+    out = full(tuple(sizes), 0, g.dtype)
+    C.scatter(out, _contiguous_flat(index, np.int64), g, True, index.shape)
+    return out
+
+
+@cuda_kernel("embedding")
+def _embedding(indices: CudaArray, weight: CudaArray, padding_idx) -> CudaArray:
+    rows = _index_select(weight, 0, indices.reshape(-1))
+    return rows.reshape(indices.shape + weight.shape[1:])
+
+
+@cuda_kernel("embedding_backward")
+def _embedding_backward(g: CudaArray, indices: CudaArray, num_weights: int,
+                        padding_idx) -> CudaArray:
+    dim = g.shape[-1]
+    out = full((num_weights, dim), 0, g.dtype)
+    g2 = g.reshape(-1, dim)
+    idx = _along_dim_index(indices, g2.shape, 0)
+    C.scatter_dim(out, 0, idx, g2, True,
+                  skip=-(2 ** 62) if padding_idx is None else int(padding_idx))
+    return out
+
+
+# ---------------------------------------------------------------------- more shape ops
+@cuda_kernel("flip")
+def _flip(x: CudaArray, dims) -> CudaArray:
+    shape, strides, offset = x.shape, list(x.strides), x.offset
+    for d in dims:
+        if shape[d]:
+            offset += (shape[d] - 1) * strides[d]
+        strides[d] = -strides[d]
+    return x.view_as(shape, tuple(strides), offset).copy()
+
+
+def _roll_one(x: CudaArray, shift: int, dim: int) -> CudaArray:
+    n = x.shape[dim]
+    out = empty(x.shape, x.dtype)
+    s = shift % n if n else 0
+    if n == 0 or s == 0:
+        copy_into(out, x)
+        return out
+    copy_into(C.narrow(out, dim, s, n - s), C.narrow(x, dim, 0, n - s))
+    copy_into(C.narrow(out, dim, 0, s), C.narrow(x, dim, n - s, s))
+    return out
+
+
+@cuda_kernel("roll")
+def _roll(x: CudaArray, shifts, dims) -> CudaArray:
+    if dims is None:
+        return _roll_one(x.reshape(-1), int(shifts[0]), 0).reshape(x.shape)
+    out = x
+    for s, d in zip(shifts, dims, strict=True):
+        out = _roll_one(out, int(s), d)
+    return out if out is not x else x.copy()
+
+
+def _tri(x: CudaArray, diagonal: int, lower: bool) -> CudaArray:
+    out = empty(x.shape, x.dtype)
+    n = out.size
+    if n:
+        blocks, threads = grid_1d(n)
+        K.triangle[blocks, threads](out.buf, n, x.shape, x.buf, x.offset, x.strides,
+                                    int(diagonal), lower)
+    return out
+
+
+@cuda_kernel("tril")
+def _tril(x: CudaArray, diagonal: int) -> CudaArray:
+    return _tri(x, diagonal, True)
+
+
+@cuda_kernel("triu")
+def _triu(x: CudaArray, diagonal: int) -> CudaArray:
+    return _tri(x, diagonal, False)
+
+
+def _diagonal_view(x: CudaArray, offset: int, dim1: int, dim2: int) -> CudaArray:
+    """NumPy's ``diagonal`` as a view: the other dimensions, then the diagonal."""
+    n1, n2 = x.shape[dim1], x.shape[dim2]
+    s1, s2 = x.strides[dim1], x.strides[dim2]
+    if offset >= 0:
+        length, start = max(0, min(n1, n2 - offset)), offset * s2
+    else:
+        length, start = max(0, min(n1 + offset, n2)), -offset * s1
+    keep = [d for d in range(x.ndim) if d not in (dim1, dim2)]
+    return x.view_as(tuple(x.shape[d] for d in keep) + (length,),
+                     tuple(x.strides[d] for d in keep) + (s1 + s2,),
+                     x.offset + (start if length else 0))
+
+
+@cuda_kernel("diagonal")
+def _diagonal(x: CudaArray, offset: int, dim1: int, dim2: int) -> CudaArray:
+    return _diagonal_view(x, offset, dim1, dim2)
+
+
+@cuda_kernel("diagonal_backward")
+def _diagonal_backward(g: CudaArray, input_sizes, offset: int, dim1: int,
+                       dim2: int) -> CudaArray:
+    out = full(tuple(input_sizes), 0, g.dtype)
+    copy_into(_diagonal_view(out, offset, dim1, dim2), g)
+    return out
+
+
+@cuda_kernel("diag")
+def _diag(x: CudaArray, diagonal: int) -> CudaArray:
+    if x.ndim == 2:
+        return _diagonal_view(x, diagonal, 0, 1).copy()
+    n = x.shape[0] + abs(diagonal)
+    out = full((n, n), 0, x.dtype)
+    copy_into(_diagonal_view(out, diagonal, 0, 1), x)
+    return out
+
+
+@cuda_kernel("trace")
+def _trace(x: CudaArray) -> CudaArray:
+    d = _diagonal_view(x, 0, 0, 1)
+    return C.reduce(d, (0,), (), K.SUM, _sum_dtype(x.dtype))
+
+
+@cuda_kernel("chunk")
+def _chunk(x: CudaArray, chunks: int, dim: int) -> list[CudaArray]:
+    n = x.shape[dim]
+    if n == 0:
+        return [x.view_as(x.shape, x.strides, x.offset)]
+    step = -(-n // chunks)
+    return _split(x, step, dim)
+
+
+def _tile(x: CudaArray, reps) -> CudaArray:
+    reps = tuple(int(r) for r in reps)
+    x = x.reshape((1,) * (len(reps) - x.ndim) + x.shape)
+    inter = tuple(v for r, s in zip(reps, x.shape, strict=True) for v in (r, s))
+    view = x.view_as(inter, tuple(v for st in x.strides for v in (0, st)), x.offset)
+    return view.copy().reshape(tuple(r * s for r, s in zip(reps, x.shape, strict=True)))
+
+
+@cuda_kernel("repeat")
+def _repeat(x: CudaArray, repeats) -> CudaArray:
+    return _tile(x, repeats)
+
+
+@cuda_kernel("tile")
+def _tile_k(x: CudaArray, dims) -> CudaArray:
+    return _tile(x, dims)
+
+
+@cuda_kernel("pad")
+def _pad(x: CudaArray, pad, mode: str, value) -> CudaArray:
+    from ..ops.shape import _pad_pairs
+    if mode != "constant":
+        raise RuntimeError(f"pad: the kernel only pads in constant mode, got {mode!r}")
+    shape = list(x.shape)
+    src, dst = x, None
+    regions = []
+    for d, lo, hi in _pad_pairs(pad, x.ndim):
+        n = x.shape[d]
+        shape[d] = n + lo + hi
+        s0, s1 = max(-lo, 0), n - max(-hi, 0)
+        regions.append((d, s0, max(s1 - s0, 0), max(lo, 0)))
+    out = full(tuple(shape), 0 if value is None else value, x.dtype)
+    dst = out
+    for d, s0, length, d0 in regions:
+        src = C.narrow(src, d, s0, length)
+        dst = C.narrow(dst, d, d0, length)
+    copy_into(dst, src)
+    return out
+
+
+@cuda_kernel("one_hot")
+def _one_hot(x: CudaArray, num_classes: int) -> CudaArray:
+    out = full(x.shape + (int(num_classes),), 0, np.int64)
+    idx = x.astype(np.int64, copy=False).reshape(x.shape + (1,))
+    C.scatter_dim(out, out.ndim - 1, idx, full((), 1, np.int64), False)
+    return out

@@ -11,25 +11,43 @@ there is one row per output.
 
 from __future__ import annotations
 
+import math
+import types
+
+import numpy as np
 from numba import cuda
+from numba.cuda.core import config as _cuda_config
 
 from ..kernels import nn as nk
 from ..kernels import reduction as rk
 
+#: ``np`` as the CPU kernels' scalar code sees it on a GPU: CUDA has no ``np.exp``,
+#: ``np.log``, ``np.sqrt`` on scalars, but ``math``'s are the same functions there
+_NUMPY_ON_CUDA = types.ModuleType("nbgrad_numpy_on_cuda")
+_NUMPY_ON_CUDA.exp = math.exp
+_NUMPY_ON_CUDA.log = math.log
+_NUMPY_ON_CUDA.sqrt = math.sqrt
+_NUMPY_ON_CUDA.__getattr__ = lambda name: getattr(np, name)
+
 
 def _device(fn):
     """The Python function behind an ``@njit`` kernel, compiled for CUDA."""
-    return cuda.jit(device=True)(fn.py_func)
+    py = fn.py_func
+    if not _cuda_config.ENABLE_CUDASIM:
+        scope = dict(py.__globals__, np=_NUMPY_ON_CUDA)
+        py = types.FunctionType(py.__code__, scope, py.__name__, py.__defaults__,
+                                py.__closure__)
+    return cuda.jit(device=True)(py)
 
 
 _extreme = _device(rk.extreme_arb)
-_extreme_values = _device(rk.extreme_values_arb)
 _logsumexp = _device(rk.logsumexp_arb)
 _var = _device(rk.var_arb)
 _norm = _device(rk.norm_arb)
 _prod = _device(rk.prod_arb)
 _cumsum = _device(rk.cumsum_arb)
 _cumprod = _device(rk.cumprod_arb)
+_scan = _device(rk.scan_arb)
 _softmax = _device(nk.softmax_arb)
 _cross_entropy = _device(nk.cross_entropy_fwd)
 _nll_fwd = _device(nk.nll_fwd)
@@ -43,15 +61,6 @@ def extreme_rows(x, A, R, B, out, idx, is_max):
     while a < A:
         _extreme(x[a * R * B:(a + 1) * R * B], 1, R, B, out[a * B:(a + 1) * B],
                  idx[a * B:(a + 1) * B], is_max)
-        a += cuda.gridsize(1)
-
-
-@cuda.jit(cache=True)
-def extreme_values_rows(x, A, R, B, is_max, out):
-    a = cuda.grid(1)
-    while a < A:
-        _extreme_values(x[a * R * B:(a + 1) * R * B], 1, R, B, is_max,
-                        out[a * B:(a + 1) * B])
         a += cuda.gridsize(1)
 
 
@@ -102,6 +111,15 @@ def cumprod_rows(x, A, R, B, acc, out):
     while a < A:
         _cumprod(x[a * R * B:(a + 1) * R * B], 1, R, B, acc[a * B:(a + 1) * B],
                  out[a * R * B:(a + 1) * R * B])
+        a += cuda.gridsize(1)
+
+
+@cuda.jit(cache=True)
+def scan_rows(bv, av, A, R, B, reverse, acc, out):
+    a = cuda.grid(1)
+    while a < A:
+        _scan(bv[a * R * B:(a + 1) * R * B], av[a * R * B:(a + 1) * R * B], 1, R, B, reverse,
+              acc[a * B:(a + 1) * B], out[a * R * B:(a + 1) * R * B])
         a += cuda.gridsize(1)
 
 

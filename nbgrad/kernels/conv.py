@@ -48,16 +48,22 @@ def im2col(x, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, cols):
                     dst = row[oh * Wo:(oh + 1) * Wo]
                     h = oh * sh - ph + i * dh
                     if h < 0 or h >= H:
-                        dst[:] = 0
+                        for ow in range(Wo):
+                            dst[ow] = 0
                         continue
-                    xr = xc[h]
-                    dst[:lo] = 0
-                    if sw == 1:
-                        dst[lo:hi] = xr[lo + off:hi + off]
+                    for ow in range(lo):
+                        dst[ow] = 0
+                    if sw == 1:  # a contiguous run: explicit loops beat slice assignment
+                        src = xc[h, lo + off:hi + off]
+                        part = dst[lo:hi]
+                        for k in range(hi - lo):
+                            part[k] = src[k]
                     else:
+                        xr = xc[h]
                         for ow in range(lo, hi):
                             dst[ow] = xr[ow * sw + off]
-                    dst[hi:] = 0
+                    for ow in range(hi, Wo):
+                        dst[ow] = 0
 
 
 @njit(**OPTS)
@@ -76,9 +82,15 @@ def col2im(cols, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, x):
                     if h < 0 or h >= H:
                         continue
                     src = row[oh * Wo:(oh + 1) * Wo]
-                    xr = xc[h]
-                    for ow in range(lo, hi):
-                        xr[ow * sw + off] += src[ow]
+                    if sw == 1:
+                        dst = xc[h, lo + off:hi + off]
+                        part = src[lo:hi]
+                        for k in range(hi - lo):
+                            dst[k] += part[k]
+                    else:
+                        xr = xc[h]
+                        for ow in range(lo, hi):
+                            xr[ow * sw + off] += src[ow]
 
 
 @njit(**OPTS)
@@ -171,31 +183,86 @@ def conv2d_direct(x, w, sh, sw, ph, pw, dh, dw, groups, out):
 
 # ------------------------------------------------------------------ pooling
 @njit(**OPTS)
+def _window_ranges(n_out, k, n_in, stride, pad, dilation):
+    """For each output position, the kernel taps ``[lo, hi)`` that fall inside the input."""
+    lo = np.empty(n_out, np.int64)
+    hi = np.empty(n_out, np.int64)
+    for o in range(n_out):
+        lo[o], hi[o] = valid_range(k, n_in, dilation, o * stride - pad)
+    return lo, hi
+
+
+@njit(**OPTS)
 def max_pool2d_forward(x, kh, kw, sh, sw, ph, pw, dh, dw, out, idx):
     """Max over each window of the planes ``x`` (P, H, W) into ``out`` (P, Ho, Wo), and
-    the flat position ``h * W + w`` of the maximum into ``idx`` (NaN wins, as in torch)."""
+    the flat position ``h * W + w`` of the maximum into ``idx`` (the first maximum in
+    window order; NaN wins, as in torch)."""
     P, H, W = x.shape
     Ho, Wo = out.shape[1], out.shape[2]
+    ilos, ihis = _window_ranges(Ho, kh, H, sh, ph, dh)
+    jlos, jhis = _window_ranges(Wo, kw, W, sw, pw, dw)
     for p in range(P):
         xp = x[p]
         for oh in range(Ho):
+            h0 = oh * sh - ph
+            ilo, ihi = ilos[oh], ihis[oh]
+            orow = out[p, oh]
+            irow = idx[p, oh]
             for ow in range(Wo):
-                best = -np.inf
-                bi = -1
-                for i in range(kh):
-                    h = oh * sh - ph + i * dh
-                    if h < 0 or h >= H:
-                        continue
-                    for j in range(kw):
-                        w = ow * sw - pw + j * dw
-                        if w < 0 or w >= W:
-                            continue
-                        v = xp[h, w]
-                        if bi < 0 or v > best or v != v:
+                w0 = ow * sw - pw
+                jlo, jhi = jlos[ow], jhis[ow]
+                if ilo >= ihi or jlo >= jhi:
+                    orow[ow] = -np.inf
+                    irow[ow] = -1
+                    continue
+                best = xp[h0 + ilo * dh, w0 + jlo * dw]
+                bi = (h0 + ilo * dh) * W + w0 + jlo * dw
+                for i in range(ilo, ihi):
+                    h = h0 + i * dh
+                    row = xp[h]
+                    for j in range(jlo, jhi):
+                        v = row[w0 + j * dw]
+                        if v > best or v != v:
                             best = v
-                            bi = h * W + w
-                out[p, oh, ow] = best
-                idx[p, oh, ow] = bi
+                            bi = h * W + w0 + j * dw
+                orow[ow] = best
+                irow[ow] = bi
+
+
+@njit(**OPTS)
+def max_pool2d_2x2(x, out, idx):
+    """:func:`max_pool2d_forward` for the common 2x2 window, stride 2, no padding, no
+    dilation, where every window lies inside the plane (about 3x faster: the fixed trip
+    counts unroll)."""
+    W = x.shape[2]
+    Ho, Wo = out.shape[1], out.shape[2]
+    for p in range(x.shape[0]):
+        xp = x[p]
+        for oh in range(Ho):
+            r0 = xp[2 * oh]
+            r1 = xp[2 * oh + 1]
+            orow = out[p, oh]
+            irow = idx[p, oh]
+            b0 = 2 * oh * W
+            b1 = b0 + W
+            for ow in range(Wo):
+                w = 2 * ow
+                best = r0[w]
+                bi = b0 + w
+                v = r0[w + 1]
+                if v > best or v != v:
+                    best = v
+                    bi = b0 + w + 1
+                v = r1[w]
+                if v > best or v != v:
+                    best = v
+                    bi = b1 + w
+                v = r1[w + 1]
+                if v > best or v != v:
+                    best = v
+                    bi = b1 + w + 1
+                orow[ow] = best
+                irow[ow] = bi
 
 
 @njit(**OPTS)

@@ -175,12 +175,35 @@ def binary_{name}(av, bv, out, mode, shape, sa, sb):
                 d -= 1
 '''
 
+# modes: 0 all the same shape, 1 like 0 but b is a scalar, 2 like 0 but a is a scalar,
+# 3 general broadcast (strides)
 _TERNARY_TEMPLATE = '''
 
 @njit(**OPTS)
-def ternary_{name}(cv, av, bv, out, shape, sc, sa, sb):
+def ternary_{name}(cv, av, bv, out, mode, shape, sc, sa, sb):
     n = out.size
     if n == 0:
+        return
+    if mode == 0:
+        for i in range(n):
+            c = cv[i]
+            a = av[i]
+            b = bv[i]
+            out[i] = {expr}
+        return
+    if mode == 1:
+        b = bv[0]
+        for i in range(n):
+            c = cv[i]
+            a = av[i]
+            out[i] = {expr}
+        return
+    if mode == 2:
+        a = av[0]
+        for i in range(n):
+            c = cv[i]
+            b = bv[i]
+            out[i] = {expr}
         return
     nd = shape.size
     inner = shape[nd - 1]
@@ -308,13 +331,24 @@ def run_binary(name: str, a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> 
 
 def run_ternary(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray,
                 out_dtype: np.dtype) -> np.ndarray:
-    fn = kernel_function("ternary", name)
-    c, a, b = (c_contiguous(v) for v in (c, a, b))
+    fn = _FUNCS.get("ternary_" + name) or kernel_function("ternary", name)
+    c, a, b = (v if v.flags.c_contiguous else c_contiguous(v) for v in (c, a, b))
+    if c.shape == a.shape and (a.shape == b.shape or not b.shape):
+        out = np.empty(a.shape, out_dtype)
+        mode = 0 if a.shape == b.shape else 1
+        fn(c.reshape(-1), a.reshape(-1), b.reshape(-1), out.reshape(-1), mode,
+           EMPTY, EMPTY, EMPTY, EMPTY)
+        return out
+    if c.shape == b.shape and not a.shape:
+        out = np.empty(b.shape, out_dtype)
+        fn(c.reshape(-1), a.reshape(-1), b.reshape(-1), out.reshape(-1), 2,
+           EMPTY, EMPTY, EMPTY, EMPTY)
+        return out
     shape = broadcast_shape(name, c.shape, a.shape, b.shape)
     out = np.empty(shape, out_dtype)
     if out.size:
         full = shape if shape else (1,)
-        fn(c.reshape(-1), a.reshape(-1), b.reshape(-1), out.reshape(-1),
+        fn(c.reshape(-1), a.reshape(-1), b.reshape(-1), out.reshape(-1), 3,
            np.asarray(full, np.int64), broadcast_strides(c.shape, full),
            broadcast_strides(a.shape, full), broadcast_strides(b.shape, full))
     return out

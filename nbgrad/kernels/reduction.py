@@ -239,11 +239,15 @@ def normalize_dims(dim, ndim: int, op: str) -> tuple[int, ...]:
     dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
     out = set()
     for d in dims:
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)):
+            raise TypeError(f"{op}: dim must be an int or a tuple of ints, got {dim!r}")
         d = int(d)
         lo, hi = (-1, 0) if ndim == 0 else (-ndim, ndim - 1)
         if not lo <= d <= hi:
             raise IndexError(f"{op}: dim {d} is out of range for a tensor of {ndim} "
                              f"dimension(s) (expected in [{lo}, {hi}])")
+        if (d % ndim if ndim else 0) in out:
+            raise RuntimeError(f"{op}: dim {d} appears more than once in dims {dim!r}")
         out.add(d % ndim if ndim else 0)
     return tuple(sorted(out))
 

@@ -4,8 +4,10 @@ The functions live in :mod:`nbgrad.ops.nn` and :mod:`nbgrad.ops.conv` (where the
 kernels are registered); this module is their public address.
 """
 
+from ..ops import conv as _conv
+from ..ops import nn as _nn
 from ..ops import relu, sigmoid, softplus, tanh
 from ..ops.conv import *  # noqa: F403
 from ..ops.nn import *  # noqa: F403
 
-__all__ = ["relu", "sigmoid", "softplus", "tanh"]
+__all__ = sorted({"relu", "sigmoid", "softplus", "tanh", *_nn.__all__, *_conv.__all__})

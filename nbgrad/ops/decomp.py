@@ -19,8 +19,9 @@ from ..tensor import Tensor
 from .dispatch import apply, as_tensor, promote_operands
 from .registry import formula_helper, get, kernel, op_function
 
-# top-level names (torch.det, torch.inverse, torch.slogdet); the rest is in nbgrad.linalg
-__all__ = ["det", "inverse", "slogdet"]
+# nothing at the top level: nbgrad.linalg is the public address; nbgrad.det, .inverse and
+# .slogdet (also Tensor methods) are thin wrappers in nbgrad.ops.linalg
+__all__: list[str] = []
 
 
 class LinAlgError(RuntimeError):
@@ -84,11 +85,6 @@ def inv(A: Tensor) -> Tensor:
     A = _float("linalg.inv", A)
     _square("linalg.inv", A)
     return apply(get("linalg.inv"), (A,))
-
-
-def inverse(self: Tensor) -> Tensor:
-    """``torch.inverse``: the same as :func:`inv`."""
-    return inv(self)
 
 
 # ------------------------------------------------------------------ det, slogdet

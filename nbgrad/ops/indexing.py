@@ -239,7 +239,9 @@ def _scatter_into(out: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray,
     region = _region(index.shape, out.shape, dim)
     block = out if region is None else c_writable(out[region]).copy()
     a, n, b = _as3(block.shape, dim)
-    src = c_writable(np.broadcast_to(src, index.shape).astype(out.dtype, copy=False))
+    if src.shape != index.shape:
+        src = np.broadcast_to(src, index.shape)
+    src = c_writable(src.astype(out.dtype, copy=False))
     sk.scatter_dim(block.reshape(a, n, b), _i64(index).reshape(a, -1, b),
                         src.reshape(a, -1, b), accumulate)
     if region is not None:
@@ -261,9 +263,17 @@ def gather_backward(self: Tensor, sizes, dim: int, index: Tensor) -> Tensor:
     return apply(get("gather_backward"), (self, sizes, int(dim) % max(len(sizes), 1), index))
 
 
+def _number_or_array(op: str, name: str, value) -> None:
+    """Refuse a ``value`` that NumPy would turn into NaN (None) or fail on (a string)."""
+    if value is None or isinstance(value, str):
+        raise TypeError(f"{op}: {name} must be a tensor or a number, not "
+                        f"{type(value).__name__}")
+
+
 def _scatter_args(op: str, self: Tensor, dim, index, src) -> tuple:
     index = _index_tensor(index, op)
     if not isinstance(src, Tensor):
+        _number_or_array(op, "src", src)
         src = as_tensor(np.asarray(src, dtype=self.dtype))
     elif src.dtype != self.dtype:
         from .convert import to_dtype
@@ -283,14 +293,16 @@ def _scatter_kernel(x, dim, index, src):
 
 
 @op_function("scatter")
-def scatter(self: Tensor, dim: int, index: Tensor, src=None, *, value=None) -> Tensor:
+def scatter(self: Tensor, dim: int, index: Tensor, src=None, *, value=None,
+            axis=None) -> Tensor:
     """A copy of ``self`` with ``self[index[i][j]][j] = src[i][j]`` for ``dim=0`` (torch's
     ``scatter``); ``src`` may be a tensor or a number (also as ``value=``). With repeated
     indices the last write wins, and only its ``src`` entry should get a gradient (as in
     PyTorch, the gradient assumes unique indices)."""
     if (src is None) == (value is None):
         raise TypeError("scatter: give exactly one of src and value")
-    d, index, src = _scatter_args("scatter", self, dim, index, src if value is None else value)
+    d, index, src = _scatter_args("scatter", self, dim if axis is None else axis, index,
+                                  src if value is None else value)
     return apply(get("scatter"), (self, d, index, src))
 
 
@@ -302,9 +314,10 @@ def _scatter_add_kernel(x, dim, index, src):
 
 
 @op_function("scatter_add")
-def scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+def scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor, *, axis=None) -> Tensor:
     """A copy of ``self`` with ``src`` added at ``index`` along ``dim`` (repeats add up)."""
-    d, index, src = _scatter_args("scatter_add", self, dim, index, src)
+    d, index, src = _scatter_args("scatter_add", self, dim if axis is None else axis, index,
+                                  src)
     return apply(get("scatter_add"), (self, d, index, src))
 
 
@@ -434,5 +447,6 @@ def masked_fill(self: Tensor, mask: Tensor, value) -> Tensor:
 
             value = to_dtype(value, self.dtype)
     else:
+        _number_or_array(op="masked_fill", name="value", value=value)
         value = as_tensor(np.asarray(value, dtype=self.dtype))
     return apply(get("masked_fill"), (self, mask, value))

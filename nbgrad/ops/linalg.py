@@ -16,8 +16,8 @@ from ..tensor import Tensor
 from .dispatch import apply, promote_operands
 from .registry import formula_helper, get, kernel, op_function
 
-__all__ = ["bmm", "diag", "diagonal", "diagonal_backward", "dot", "einsum", "matmul", "mm",
-           "outer", "trace"]
+__all__ = ["bmm", "det", "diag", "diagonal", "diagonal_backward", "dot", "einsum", "inverse",
+           "matmul", "mm", "outer", "slogdet", "trace"]
 
 
 def _floats(op: str, a, b) -> tuple[Tensor, Tensor]:
@@ -339,3 +339,25 @@ def trace(self: Tensor) -> Tensor:
 def diagonal_shape(shape) -> tuple[int]:
     """The shape of the main diagonal of a matrix of ``shape``."""
     return (min(shape[-2], shape[-1]),)
+
+
+# ------------------------------------------------------------------ torch's top-level names
+def det(self: Tensor) -> Tensor:
+    """``torch.det`` / ``Tensor.det``: :func:`nbgrad.linalg.det`."""
+    from .decomp import det as _det
+
+    return _det(self)
+
+
+def slogdet(self: Tensor):
+    """``torch.slogdet`` / ``Tensor.slogdet``: :func:`nbgrad.linalg.slogdet`."""
+    from .decomp import slogdet as _slogdet
+
+    return _slogdet(self)
+
+
+def inverse(self: Tensor) -> Tensor:
+    """``torch.inverse`` / ``Tensor.inverse``: :func:`nbgrad.linalg.inv`."""
+    from .decomp import inv
+
+    return inv(self)

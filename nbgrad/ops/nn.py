@@ -511,13 +511,12 @@ def layer_norm(self: Tensor, normalized_shape, weight: Tensor | None = None,
 
 
 # ------------------------------------------------------------------ dropout
-_DEFAULT_RNG = np.random.default_rng()
-
-
 @kernel("dropout")
 def _dropout_kernel(x, p, training, inplace, generator):
-    rng = _DEFAULT_RNG if generator is None else generator
-    u = rng.random(x.size, dtype=np.float64 if x.dtype == np.float64 else np.float32)
+    if generator is None:
+        from .. import random as nb_random
+        generator = nb_random._generator(None)  # the one nbgrad.random.seed() resets
+    u = generator.random(x.size)  # float64 for every dtype: a seed gives one mask
     out = np.empty(x.size, x.dtype)
     mask = np.empty(x.size, x.dtype)
     nk.dropout_apply(c_contiguous(x).reshape(-1), u, float(p), out, mask)
@@ -530,7 +529,8 @@ def dropout(self: Tensor, p: float = 0.5, training: bool = True, inplace: bool =
     """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``.
 
     The mask comes from ``generator`` (a NumPy Generator), or from a fresh generator
-    seeded with ``seed``, or else from an unseeded module generator; it is saved for the
+    seeded with ``seed``, or else from :mod:`nbgrad.random`'s generator (which
+    ``nbgrad.random.seed`` resets); it is saved for the
     backward, never drawn again. Outside training (``training=False``) or with
     ``p=0`` the input is returned unchanged.
     """
@@ -571,7 +571,8 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
     data = idx._data
     if data.size and (data.min() < 0 or data.max() >= n):
         bad = data.min() if data.min() < 0 else data.max()
-        raise IndexError(f"embedding: index {int(bad)} is out of range for {n} rows")
+        raise IndexError(f"embedding: index {int(bad)} is out of range for {n} rows "
+                         f"(input {tuple(idx.shape)}, weight {tuple(w.shape)})")
     if padding_idx is not None:
         if not -n <= padding_idx < n:
             raise ValueError(f"embedding: padding_idx {padding_idx} is out of range for {n} "

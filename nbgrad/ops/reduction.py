@@ -305,7 +305,7 @@ def min_dim(self: Tensor, dim: int, keepdim: bool = False) -> ValuesIndices:
                                 (self, _one_dim(dim, self.ndim, "min"), bool(keepdim))))
 
 
-def _max_or_min(name: str, self, dim, keepdim, axis, other):
+def _max_or_min(name: str, self, dim, keepdim, axis, other) -> Tensor | ValuesIndices:
     self = as_tensor(self)
     dim = _dims_arg(dim, axis)
     if isinstance(dim, Tensor) or other is not None:
@@ -322,7 +322,7 @@ def _max_or_min(name: str, self, dim, keepdim, axis, other):
 
 @op_function("max")
 def max(self: Tensor, dim=None, keepdim: bool = False, *, axis=None,  # noqa: A001
-        other: Tensor | None = None):
+        other: Tensor | None = None) -> Tensor | ValuesIndices:
     """``max(x)``: the largest value (its gradient split evenly among ties);
     ``max(x, dim, keepdim=False)``: ``(values, indices)`` along ``dim`` (the gradient
     goes to the returned index); ``max(x, other)``: :func:`maximum`."""
@@ -331,7 +331,7 @@ def max(self: Tensor, dim=None, keepdim: bool = False, *, axis=None,  # noqa: A0
 
 @op_function("min")
 def min(self: Tensor, dim=None, keepdim: bool = False, *, axis=None,  # noqa: A001
-        other: Tensor | None = None):
+        other: Tensor | None = None) -> Tensor | ValuesIndices:
     """``min(x)``, ``min(x, dim, keepdim=False) -> (values, indices)`` or ``min(x, other)``
     (:func:`minimum`); see :func:`max`."""
     return _max_or_min("min", self, dim, keepdim, axis, other)

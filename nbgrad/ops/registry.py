@@ -114,11 +114,18 @@ def kernel(name: str, target: str = "cpu", view_of: int | None = None):
 
 
 def op_function(name: str):
-    """Register the public Python function of op ``name`` (used by formulas too)."""
+    """Register the public Python function of op ``name`` (used by formulas too).
+
+    Formulas call ``fn`` itself; the public name gets ``fn`` wrapped so that a call
+    failing on a badly typed argument raises a TypeError naming the op and the argument
+    (:mod:`nbgrad.ops.arguments`).
+    """
 
     def register(fn: Callable) -> Callable:
-        get(name).fn = fn
-        return fn
+        from .arguments import reporting_argument_errors
+        op = get(name)
+        op.fn = fn
+        return reporting_argument_errors(fn, op)
 
     return register
 
@@ -150,11 +157,12 @@ def bind_table(path=None) -> dict[str, Entry]:
     """Load the table and cross-check it against the registered kernels and functions."""
     from ..tensor import Tensor
     from . import dispatch
+    raw_entries = read_raw(path)
     names = {str(raw["name"]).split("(")[0].strip()
-             for raw in read_raw(path) if isinstance(raw, dict) and "name" in raw}
+             for raw in raw_entries if isinstance(raw, dict) and "name" in raw}
     entries = load_table(is_op=names.__contains__, resolve=resolve,
                          is_tensor=lambda v: isinstance(v, Tensor), path=path,
-                         helpers=FORMULA_HELPERS)
+                         helpers=FORMULA_HELPERS, raw_entries=raw_entries)
     for name, entry in entries.items():
         op = REGISTRY.get(name)
         if op is None or "cpu" not in op.kernels:

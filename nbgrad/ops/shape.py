@@ -152,7 +152,7 @@ def permute(self: Tensor, *dims) -> Tensor:
 
 @kernel("transpose", view_of=0)
 def _transpose_kernel(x, dim0, dim1):
-    return np.swapaxes(x, dim0, dim1)
+    return np.swapaxes(x, dim0, dim1) if x.ndim else x.view()  # 0-d: dims 0 and -1 allowed
 
 
 @op_function("transpose")
@@ -288,6 +288,9 @@ def _cat_kernel(tensors, dim):
 def cat(tensors: Sequence[Tensor], dim: int = 0, *, axis=None) -> Tensor:
     """Join tensors along an existing dimension."""
     ts = _check_list(tensors, "cat")
+    if any(t.ndim == 0 for t in ts):
+        raise RuntimeError(f"cat: zero-dimensional tensors cannot be concatenated (shapes "
+                           f"{[tuple(t.shape) for t in ts]}); use stack")
     d = _dim(dim if axis is None else axis, ts[0].ndim, "cat")
     return apply(get("cat"), (ts, d))
 

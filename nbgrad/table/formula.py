@@ -200,6 +200,24 @@ def _python_or_op(op_name: str, py_op: Callable, resolve: Callable[[str], Callab
     return apply
 
 
+_NAMESPACES: dict[tuple, dict] = {}
+
+
+def _operator_namespace(resolve: Callable, is_tensor: Callable) -> dict:
+    """The helpers that operators compile to, shared by every formula of one table."""
+    key = (resolve, is_tensor)
+    namespace = _NAMESPACES.get(key)
+    if namespace is None:
+        namespace = {"__builtins__": {}}
+        for name, py_op in [*BINARY_OPS.values(), *COMPARE_OPS.values()]:
+            namespace[f"__bin_{name}"] = _python_or_op(name, py_op, resolve, is_tensor)
+        for name, py_op in UNARY_OPS.values():
+            namespace[f"__una_{name}"] = _python_or_op(name, py_op, resolve, is_tensor)
+        _NAMESPACES.clear()  # only the latest table's
+        _NAMESPACES[key] = namespace
+    return namespace
+
+
 def compile_formula(text: str, where: str, scope: frozenset[str],
                     is_op: Callable[[str], bool], resolve: Callable[[str], Callable],
                     is_tensor: Callable[[object], bool],
@@ -219,25 +237,15 @@ def compile_formula(text: str, where: str, scope: frozenset[str],
     rewriter = _Rewriter(where, scope, is_op, frozenset(helpers))
     body = rewriter.visit(tree.body)
     arg_names = tuple(sorted(rewriter.names))
-    func_def = ast.FunctionDef(
-        name="formula",
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in arg_names],
-                           kwonlyargs=[], kw_defaults=[], defaults=[]),
-        body=[ast.Return(value=body)],
-        decorator_list=[],
-        type_params=[],
-    )
-    module = ast.fix_missing_locations(ast.Module(body=[func_def], type_ignores=[]))
-    namespace: dict[str, object] = {"__builtins__": {}}
-    for name, py_op in [*BINARY_OPS.values(), *COMPARE_OPS.values()]:
-        namespace[f"__bin_{name}"] = _python_or_op(name, py_op, resolve, is_tensor)
-    for name, py_op in UNARY_OPS.values():
-        namespace[f"__una_{name}"] = _python_or_op(name, py_op, resolve, is_tensor)
+    # The checked, rewritten tree is turned back into text and compiled (C-fast, and
+    # the same code as compiling the tree; nothing of the raw table text is evaluated).
+    source = f"def formula({', '.join(arg_names)}):\n    return {ast.unparse(body)}\n"
+    namespace = dict(_operator_namespace(resolve, is_tensor))
     for name in rewriter.helpers_used:
         namespace[f"__hlp_{name}"] = helpers[name]
     for name in rewriter.called:
         namespace[f"__op_{name.replace('.', '__')}"] = _LazyOp(name, resolve)
-    code = compile(module, filename=f"<formula {where}>", mode="exec")
+    code = compile(source, filename=f"<formula {where}>", mode="exec")
     exec(code, namespace)  # the tree passed the allowlist above  # noqa: S102
     return Formula(
         text=str(text),

@@ -127,9 +127,10 @@ def build_entry(raw: dict, is_op: Callable[[str], bool], resolve: Callable[[str]
 
 def load_table(is_op: Callable[[str], bool], resolve: Callable[[str], Callable],
                is_tensor: Callable[[object], bool], path: Path | None = None,
-               helpers: dict[str, Callable] | None = None) -> dict[str, Entry]:
+               helpers: dict[str, Callable] | None = None,
+               raw_entries: list[dict] | None = None) -> dict[str, Entry]:
     entries: dict[str, Entry] = {}
-    for raw in read_raw(path):
+    for raw in raw_entries if raw_entries is not None else read_raw(path):
         entry = build_entry(raw, is_op, resolve, is_tensor, helpers)
         if entry.name in entries:
             raise TableError(f"derivatives.yaml: entry {entry.name!r} appears twice")

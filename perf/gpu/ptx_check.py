@@ -26,6 +26,7 @@ from numba.cuda import dispatcher as _dispatcher  # noqa: E402
 
 from nbgrad.cuda import elementwise as cew  # noqa: E402
 from nbgrad.cuda import kernels as K  # noqa: E402
+from nbgrad.cuda import rows as R  # noqa: E402
 from nbgrad.kernels import elementwise as ew  # noqa: E402
 
 i64, f64, f32, b1 = types.int64, types.float64, types.float32, types.boolean
@@ -50,12 +51,17 @@ def signatures() -> list[tuple[str, object, tuple]]:
                         (arr(dst), i64, tup(2), arr(src), i64, tup(2), tup(2), i64)))
     for dt in (f64, f32, i64):
         out.append((f"gather[{dt}]", K.gather, (arr(dt), i64, arr(i64), arr(dt), i64, tup(2),
-                                                tup(2))))
+                                                tup(2), i64)))
         out.append((f"scatter_set[{dt}]", K.scatter_set,
-                    (arr(dt), i64, arr(i64), arr(dt), i64, tup(1), tup(1))))
+                    (arr(dt), i64, arr(i64), arr(dt), i64, tup(1), tup(1), i64)))
+        out.append((f"gather_dim[{dt}]", K.gather_dim,
+                    (arr(dt), i64, tup(2), arr(i64), i64, tup(2), arr(dt), i64, tup(2), i64)))
+        out.append((f"scatter_dim[{dt}]", K.scatter_dim,
+                    (arr(dt), i64, tup(2), arr(i64), i64, tup(2), arr(dt), i64, tup(2),
+                     tup(2), i64, i64, b1)))
     for dt in (f64, f32):
         out.append((f"scatter_add[{dt}]", K.scatter_add,
-                    (arr(dt), i64, arr(i64), arr(dt), i64, tup(2), tup(2))))
+                    (arr(dt), i64, arr(i64), arr(dt), i64, tup(2), tup(2), i64)))
         out.append((f"matmul_tiled[{dt}]", K.matmul_tiled,
                     (arr(dt), arr(dt), i64, tup(3), arr(dt), i64, tup(3), i64, i64, i64, i64)))
     for src, dst in ((f64, f64), (f32, f32), (i64, i64), (b1, i64), (f64, f64)):
@@ -64,6 +70,30 @@ def signatures() -> list[tuple[str, object, tuple]]:
                         (arr(dst), arr(src), i64, tup(2), tup(2), i64, i64, i64, f64)))
     out.append(("reduce_rows_block[partial]", K.reduce_rows_block,
                 (arr(f64), arr(f64), i64, tup(1), tup(1), i64, i64, i64, f64)))
+    for dt in (f64, f32):
+        a = arr(dt)
+        out += [
+            (f"extreme_rows[{dt}]", R.extreme_rows, (a, i64, i64, i64, a, arr(i64), b1)),
+            (f"logsumexp_rows[{dt}]", R.logsumexp_rows, (a, i64, i64, i64, a)),
+            (f"var_rows[{dt}]", R.var_rows, (a, i64, i64, i64, f64, a)),
+            (f"norm_rows[{dt}]", R.norm_rows, (a, i64, i64, i64, f64, a)),
+            (f"prod_rows[{dt}]", R.prod_rows, (a, i64, i64, i64, a)),
+            (f"cumsum_rows[{dt}]", R.cumsum_rows, (a, i64, i64, i64, arr(f64), a)),
+            (f"cumprod_rows[{dt}]", R.cumprod_rows, (a, i64, i64, i64, arr(f64), a)),
+            (f"scan_rows[{dt}]", R.scan_rows, (a, a, i64, i64, i64, b1, a, a)),
+            (f"softmax_rows[{dt}]", R.softmax_rows, (a, i64, i64, i64, b1, a)),
+            (f"cross_entropy_rows[{dt}]", R.cross_entropy_rows,
+             (a, arr(i64), arr(f64), i64, i64, i64, i64, f64, arr(f64), arr(f64))),
+            (f"nll_rows[{dt}]", R.nll_rows,
+             (a, arr(i64), arr(f64), i64, i64, i64, i64, f64, arr(f64), arr(f64))),
+            (f"nll_backward_rows[{dt}]", R.nll_backward_rows,
+             (arr(f64), arr(i64), arr(f64), i64, i64, i64, i64, f64, a)),
+            (f"layer_norm_rows[{dt}]", R.layer_norm_rows, (a, i64, i64, a, a, b1, b1, f64, a)),
+        ]
+    out.append(("extreme_rows[int64]", R.extreme_rows,
+                (arr(i64), i64, i64, i64, arr(i64), arr(i64), b1)))
+    out.append(("cumsum_rows[int64]", R.cumsum_rows,
+                (arr(i64), i64, i64, i64, arr(i64), arr(i64))))
     mod = cew.kernels()
     for spec in ew.UNARY.values():
         for dt in ((f64, f32, i64) if spec.kind == "same" else

@@ -23,6 +23,7 @@ SIZES = {
     "full": {"n": 16, "steps": 1000},
 }
 #: The parameter a scaling run varies.
+SCALING_PARAM = "steps"
 #: Inputs the gradients are taken with respect to, in order.
 GRAD_INPUTS = ("W", "b")
 DT = 0.01

@@ -1,0 +1,412 @@
+"""``nbgrad.jit``: trace once per signature, then run the graph natively.
+
+A call looks up the signature of its arguments (the structure of nested
+tuples/lists/dicts, each tensor's shape, dtype and requires_grad flag, the values
+of static arguments and of every non-tensor leaf, and the grad mode) in a bounded
+LRU cache. On a miss the function is traced (see :mod:`nbgrad.jit.tracer`): that first
+call runs eagerly and its results are returned. Later calls run the optimised graph
+through an :class:`~nbgrad.jit.program.Executable` (tier 1: the precompiled tape
+interpreter, one native call when every op is supported).
+
+Outputs that require grad get one autograd node, :class:`JitBackward`. Its backward
+runs a backward graph natively; the forward then runs a graph that also returns the
+values the backward reads. Both come from :func:`nbgrad.jit.autodiff.split_vjp`,
+i.e. from the derivative table. Under ``create_graph=True`` the backward replays the
+joint forward/backward graph with eager ops, so it is differentiable again.
+
+Tensors a jitted function reads from its closure are constants, captured when it is
+traced (modifying one in place, which bumps its version, makes the next call trace
+again), except tensors that require grad: those are implicit inputs, read at every
+call and differentiated like arguments. Python numbers in the arguments are static
+(a new value traces again).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..autograd.node import RETAIN_GRAPH_MESSAGE, Node, SavedTensor, gradient_edge
+from ..errors import TracerError
+from ..grad_mode import STATE
+from ..tensor import Tensor
+from . import pytree
+from .ir import Graph, check, format_graph
+from .program import Executable, build, tier2
+from .tracer import Tracer, run_traced
+
+MODES = ("auto", "interpret", "compile", "reference")
+#: calls after which ``mode="auto"`` promotes a graph to tier 2 (when tier 2 exists)
+PROMOTE_AFTER = 20
+
+
+class _Static:
+    """Wraps a ``static_argnums`` argument so that it is one leaf, keyed by value."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _leaf_key(leaf: Any, grad_enabled: bool, where: str) -> tuple:
+    if isinstance(leaf, Tensor):
+        return ("T", leaf._data.shape, leaf._data.dtype.str,
+                grad_enabled and leaf._requires_grad)
+    if isinstance(leaf, np.ndarray):
+        return ("A", leaf.shape, leaf.dtype.str)
+    value = leaf.value if isinstance(leaf, _Static) else leaf
+    try:
+        hash(value)
+    except TypeError:
+        raise TypeError(f"nbgrad.jit: {where} is a {type(value).__name__}, which is not "
+                        "hashable; static arguments must be hashable (tuples, numbers, "
+                        "strings)") from None
+    return ("S", type(value), value)
+
+
+class _Signature:
+    __slots__ = ("key", "leaves", "spec")
+
+    def __init__(self, key: tuple, leaves: list, spec: tuple) -> None:
+        self.key = key
+        self.leaves = leaves
+        self.spec = spec
+
+
+class Jitted:
+    """A jit-compiled function; call it like the original."""
+
+    def __init__(self, fn: Callable, static_argnums: Sequence[int] | int = (),
+                 mode: str = "auto", cache_size: int = 64) -> None:
+        if mode not in MODES:
+            raise ValueError(f"nbgrad.jit: mode must be one of {MODES[:3]}, got {mode!r}")
+        if not callable(fn):
+            raise TypeError(f"nbgrad.jit: expected a function, got {type(fn).__name__}")
+        if isinstance(static_argnums, int):
+            static_argnums = (static_argnums,)
+        self.fn = fn
+        self.static_argnums = tuple(int(i) for i in static_argnums)
+        self.mode = mode
+        self.cache_size = max(int(cache_size), 1)
+        self._cache: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._lock = threading.RLock()
+        self.traces = 0  # how many times the function was traced
+        functools.update_wrapper(self, fn)
+
+    # ------------------------------------------------------------------ calling
+    def _signature(self, args: tuple, kwargs: dict) -> _Signature:
+        n = len(args)
+        static = {i % n if n else i for i in self.static_argnums}
+        for i in self.static_argnums:
+            if not -n <= i < n:
+                raise TypeError(f"nbgrad.jit: static_argnums has {i}, but the function was "
+                                f"called with {n} positional arguments")
+        tree = (tuple(_Static(a) if i in static else a for i, a in enumerate(args)), kwargs)
+        leaves, spec = pytree.flatten(tree)
+        grad = STATE.grad_enabled
+        key = (spec, grad, tuple(_leaf_key(leaf, grad, f"argument leaf {k}")
+                                 for k, leaf in enumerate(leaves)))
+        return _Signature(key, leaves, spec)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        sig = self._signature(args, kwargs)
+        with self._lock:
+            entry = self._cache.get(sig.key)
+            if entry is not None and entry.valid():
+                self._cache.move_to_end(sig.key)
+            else:
+                entry = None
+        if entry is not None:
+            return entry.call(sig.leaves)
+        entry, result = self._trace(sig)
+        with self._lock:
+            self._cache[sig.key] = entry
+            self._cache.move_to_end(sig.key)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return result
+
+    def _entry(self, args: tuple, kwargs: dict) -> _Entry:
+        sig = self._signature(args, kwargs)
+        entry = self._cache.get(sig.key)
+        if entry is None or not entry.valid():
+            self(*args, **kwargs)
+            entry = self._cache[sig.key]
+        return entry
+
+    def _trace(self, sig: _Signature) -> tuple[_Entry, Any]:
+        tracer = Tracer()
+        grad = STATE.grad_enabled
+        trace_leaves: list = []
+        dynamic: list[int] = []
+        rg: list[bool] = []
+        for k, leaf in enumerate(sig.leaves):
+            if isinstance(leaf, (Tensor, np.ndarray)):
+                arr = leaf._data if isinstance(leaf, Tensor) else np.asarray(leaf)
+                r = bool(grad and isinstance(leaf, Tensor) and leaf._requires_grad)
+                t = Tensor._make(arr, requires_grad=r)
+                tracer.add_input(t)
+                trace_leaves.append(t)
+                dynamic.append(k)
+                rg.append(r)
+            else:
+                trace_leaves.append(leaf.value if isinstance(leaf, _Static) else leaf)
+        args, kwargs = pytree.unflatten(sig.spec, trace_leaves)
+        self.traces += 1
+        out = run_traced(tracer, lambda: self.fn(*args, **kwargs))
+        out_leaves, out_spec = pytree.flatten(out)
+        graph = tracer.graph
+        out_pos: list[int] = []
+        diff: list[bool] = []
+        with tracer:
+            for k, leaf in enumerate(out_leaves):
+                if isinstance(leaf, Tensor):
+                    graph.outputs.append(tracer.var_of(leaf))
+                    out_pos.append(k)
+                    diff.append(bool(leaf._requires_grad and leaf.dtype.kind == "f"))
+        implicit = [t for t, _ in tracer.implicit]
+        rg += [bool(grad and t._requires_grad) for t in implicit]
+        check(graph)
+        entry = _Entry(self, graph, dynamic, implicit, tuple(rg), out_spec, out_leaves,
+                       out_pos, tuple(diff), tracer.frozen_alive())
+        # the first call returns what the trace computed
+        arrays = [np.array(out_leaves[k]._data, copy=True) for k in out_pos]
+        user_inputs = [sig.leaves[k] for k in dynamic] + implicit
+        return entry, entry.finish(user_inputs, arrays, None)
+
+    # ------------------------------------------------------------------ inspection
+    def graph(self, *args: Any, **kwargs: Any) -> str:
+        """The traced graph for these arguments (tracing them if needed), as text."""
+        return self._entry(args, kwargs).describe()
+
+    def source(self, *args: Any, **kwargs: Any) -> str:
+        """The tier-1 tape (or tier-2 generated code) that runs for these arguments."""
+        return self._entry(args, kwargs).source()
+
+    def cache_info(self) -> dict:
+        """Number of cached signatures, the bound, and how many traces ran."""
+        return {"entries": len(self._cache), "maxsize": self.cache_size,
+                "traces": self.traces}
+
+    def clear_cache(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+    def __repr__(self) -> str:
+        return f"<nbgrad.jit of {getattr(self.fn, '__qualname__', self.fn)!r}, mode={self.mode}>"
+
+
+class _Entry:
+    """One traced signature: its graph, executables and gradient plan."""
+
+    def __init__(self, owner: Jitted, graph: Graph, dynamic: list[int], implicit: list[Tensor],
+                 rg: tuple[bool, ...], out_spec: tuple, out_leaves: list, out_pos: list[int],
+                 diff: tuple[bool, ...], frozen: list) -> None:
+        from .passes import optimize
+        self.owner = owner
+        self.traced = graph
+        self.graph = optimize(graph)
+        self.dynamic = dynamic
+        self.implicit = implicit
+        self.implicit_meta = [(t._data.shape, t._data.dtype) for t in implicit]
+        self.rg = rg
+        self.out_spec = out_spec
+        self.static_out = [None if isinstance(x, Tensor) else x for x in out_leaves]
+        self.out_pos = out_pos
+        self.diff = diff
+        self.frozen = frozen
+        self.calls = 0
+        self.tier = "reference" if owner.mode == "reference" else (
+            "compile" if owner.mode == "compile" else "interpret")
+        self._exe: dict[str, Executable] = {}
+        self._split = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ validity
+    def valid(self) -> bool:
+        for ref, version in self.frozen:
+            t = ref()
+            if t is not None and t._version_box[0] != version:
+                return False
+        for t, (shape, dtype) in zip(self.implicit, self.implicit_meta, strict=True):
+            if t._data.shape != shape or t._data.dtype != dtype:
+                return False
+        return True
+
+    # ------------------------------------------------------------------ executables
+    def executable(self, which: str) -> Executable:
+        exe = self._exe.get(which)
+        if exe is None:
+            with self._lock:
+                exe = self._exe.get(which)
+                if exe is None:
+                    from .passes import optimize
+                    if which == "main":
+                        graph = self.graph
+                    elif which == "fwd":
+                        graph = optimize(self.split().fwd)
+                    else:
+                        graph = optimize(self.split().bwd)
+                    exe = build(graph, self.tier)
+                    self._exe[which] = exe
+        return exe
+
+    def split(self, example: list[np.ndarray] | None = None):
+        """The forward-with-residuals and backward graphs (built on first need, by
+        differentiating the graph on ``example`` input values)."""
+        if self._split is None:
+            from .autodiff import split_vjp
+            if example is None:
+                example = [np.zeros(v.shape, v.dtype) for v in self.graph.inputs]
+            self._split = split_vjp(self.graph, self.rg, example)
+        return self._split
+
+    def _maybe_promote(self) -> None:
+        if self.owner.mode == "auto" and self.tier == "interpret" and \
+                self.calls >= PROMOTE_AFTER and tier2() is not None:
+            self.tier = "compile"
+            self._exe.clear()
+
+    # ------------------------------------------------------------------ running
+    def call(self, leaves: list) -> Any:
+        self.calls += 1
+        self._maybe_promote()
+        user_inputs = [leaves[k] for k in self.dynamic] + self.implicit
+        arrays = [t._data if isinstance(t, Tensor) else np.asarray(t) for t in user_inputs]
+        if any(self.rg) and any(self.diff) and self._split is not None:
+            outs = self.executable("fwd").run(arrays)
+            n = len(self.graph.outputs)
+            return self.finish(user_inputs, outs[:n], outs[n:])
+        outs = self.executable("main").run(arrays)
+        return self.finish(user_inputs, outs, None)
+
+    def finish(self, user_inputs: list, arrays: list[np.ndarray],
+               residuals: list[np.ndarray] | None) -> Any:
+        """Wrap output arrays as tensors (with a JitBackward node when needed)."""
+        outs = [Tensor._make(a) for a in arrays]
+        if any(self.rg) and any(self.diff) and STATE.grad_enabled:
+            edges = [gradient_edge(t) if r else None
+                     for t, r in zip(user_inputs, self.rg, strict=True)]
+            node = JitBackward(edges)
+            node.entry = self
+            node.saved = [SavedTensor(t, "jit input") if isinstance(t, Tensor)
+                          else SavedTensor(Tensor._make(np.asarray(t)), "jit input")
+                          for t in user_inputs]
+            node.residuals = residuals
+            node.out_meta = [(a.shape, a.dtype) for a in arrays]
+            for k, t in enumerate(outs):
+                if self.diff[k]:
+                    t._requires_grad = True
+                    t.grad_fn = node
+                    t._output_nr = k
+        leaves = list(self.static_out)
+        for k, t in zip(self.out_pos, outs, strict=True):
+            leaves[k] = t
+        return pytree.unflatten(self.out_spec, leaves)
+
+    # ------------------------------------------------------------------ text
+    def describe(self) -> str:
+        text = format_graph(self.graph)
+        if self._split is not None:
+            text += "\n" + format_graph(self.split().fwd, "forward") + "\n" + \
+                format_graph(self.split().bwd, "backward")
+        return text
+
+    def source(self) -> str:
+        parts = [self.executable("main").source()]
+        if self._split is not None:
+            parts += [self.executable("fwd").source(), self.executable("bwd").source()]
+        return "\n\n".join(parts)
+
+
+class JitBackward(Node):
+    """The autograd node of a jitted call: one native backward (or an eager replay)."""
+
+    __slots__ = ("entry", "saved", "residuals", "out_meta")
+
+    def name(self) -> str:
+        fn = self.entry.owner.fn
+        return f"JitBackward({getattr(fn, '__name__', 'fn')})"
+
+    def release(self) -> None:
+        self.saved = None
+        self.residuals = None
+
+    def apply(self, grads: list, create_graph: bool) -> list:
+        if self.saved is None:
+            raise RuntimeError(RETAIN_GRAPH_MESSAGE)
+        entry = self.entry
+        inputs = [s.unpack(self) for s in self.saved]
+        split = entry.split([t._data for t in inputs])
+        joint = split.joint
+        cts = []
+        for k in joint.diff:
+            g = grads[k] if k < len(grads) else None
+            if g is None:
+                shape, dtype = self.out_meta[k]
+                g = Tensor._make(np.zeros(shape, dtype))
+            cts.append(g)
+        out: list = [None] * len(inputs)
+        if create_graph:
+            from .reference import replay
+            jg = _grad_graph(split)
+            grads_t = replay(jg, inputs + cts)
+            for i, g in zip(joint.wrt, grads_t, strict=True):
+                out[i] = g
+            return out
+        res = self.residuals
+        arrays = [t._data for t in inputs]
+        if res is None:  # the first call ran the trace: recompute the saved values once
+            res = entry.executable("fwd").run(arrays)[split.n_out:]
+        vals = []
+        ct_of = dict(zip(joint.diff, cts, strict=True))
+        for kind, k in split.bwd_inputs:
+            vals.append(res[k] if kind == "res" else arrays[k] if kind == "in"
+                        else ct_of[k]._data)
+        gs = entry.executable("bwd").run(vals)
+        for i, g in zip(joint.wrt, gs, strict=True):
+            out[i] = Tensor._make(g)
+        return out
+
+
+def _grad_graph(split) -> Graph:
+    """The joint graph with the gradients as outputs (cached on the split)."""
+    jg = getattr(split, "_grad_graph", None)
+    if jg is None:
+        joint = split.joint
+        g = joint.graph
+        consts = dict(g.consts)
+        outs = []
+        for i, gv in zip(joint.wrt, joint.grads, strict=True):
+            if gv is None:
+                gv = joint.inputs[i].like()
+                consts[gv] = np.zeros(gv.shape, gv.dtype)
+            outs.append(gv)
+        jg = Graph(list(g.inputs), consts, list(g.nodes), outs)
+        split._grad_graph = jg
+    return jg
+
+
+def jit(fn: Callable | None = None, *, static_argnums: Sequence[int] | int = (),
+        mode: str = "auto", cache_size: int = 64) -> Any:
+    """Compile ``fn`` on its first call for each signature; see :mod:`nbgrad.jit.api`.
+
+    ``mode``: ``"interpret"`` (tier 1: the precompiled tape interpreter, nothing to
+    compile per graph), ``"compile"`` (tier 2: generated fused code, when available),
+    ``"auto"`` (tier 1, promoting graphs called often to tier 2). ``static_argnums``:
+    positions of arguments whose values (hashable) are part of the signature.
+    ``cache_size``: how many signatures are kept (least recently used dropped).
+    Usable as ``@nbgrad.jit`` or ``@nbgrad.jit(static_argnums=...)``.
+    """
+    if fn is None:
+        return lambda f: Jitted(f, static_argnums, mode, cache_size)
+    return Jitted(fn, static_argnums, mode, cache_size)
+
+
+__all__ = ["Jitted", "JitBackward", "TracerError", "jit"]

@@ -1,0 +1,285 @@
+"""Tier 2 of ``nbgrad.jit``: generated, fused Numba code for a whole graph.
+
+:func:`compile_graph` turns a graph (forward, or forward and backward traced
+together) into one ``@njit(cache=True)`` function in a generated module: fused
+elementwise regions with their reductions (:mod:`nbgrad.jit.fusion`), loops as
+native loops, small matrix products as loops and large ones through BLAS (see
+:mod:`nbgrad.jit.codegen_emit`). The module is written to the cache folder through
+:func:`nbgrad.codegen.load_module` (real files, so Numba's ``cache=True`` works;
+Numba cannot cache code made by ``exec``), named after :func:`~nbgrad.jit.ir.graph_hash`;
+the folder is keyed by the nbgrad, Numba and Python versions. A second process that
+builds the same graph therefore finds the module and Numba's compiled code on disk and
+compiles nothing. A damaged module file is rewritten (one warning); a damaged or
+unwritable Numba cache recompiles or runs uncached (one warning, see
+:mod:`nbgrad.cache_guard`).
+
+The entry function has exactly one signature (C-contiguous, writeable arrays of the
+graph's dtypes and shapes; 0-d inputs as 0-d arrays); :meth:`CompiledGraph.run`
+converts its arguments to it, so no call ever compiles a second specialisation.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import codegen as _files
+from .codegen_emit import FunctionEmitter, Tier2Unsupported
+from .fusion import unstack_invariants
+from .ir import LOOP, Graph, Node, format_graph, graph_hash, node_args
+from .program import Executable
+
+__all__ = ["CompiledGraph", "FASTMATH", "Tier2Unsupported", "compile_graph", "generate"]
+
+#: LLVM fast-math flags of generated code: reassociation (vectorised sums), FMA
+#: contraction, reciprocal and signed-zero freedom; never ``nnan``/``ninf``, so NaN
+#: and infinity behave as in eager mode.
+FASTMATH = frozenset({"arcp", "contract", "nsz", "reassoc"})
+_SUPPORTED_KINDS = "biuf"
+_MAX_IR_LINES = 400
+_LOCK = threading.Lock()
+
+_HEADER = '''"""nbgrad.jit tier 2: generated code of one graph (do not edit; made from the graph).
+
+Graph hash {ghash}. The graph (``compiled.graph(...)`` prints the same numbering):
+
+{graph}
+"""
+import math
+
+import numpy as np
+from numba import njit, objmode
+
+from nbgrad.kernels.scalar import digamma, gelu, polygamma, relu, sigmoid, sign, softplus
+
+#: eager kernels of ops run through objmode, filled in when the module is loaded
+FALLBACK = {{}}
+
+
+def _fallback(key, *args):
+    return FALLBACK[key](*args)
+
+'''
+
+
+def number_vars(graph: Graph) -> dict[int, int]:
+    """``id(var) -> n`` as :func:`~nbgrad.jit.ir.format_graph` numbers them (``%n``)."""
+    numbers: dict[int, int] = {}
+
+    def nm(v) -> None:
+        if v is not None and id(v) not in numbers:
+            numbers[id(v)] = len(numbers)
+
+    def walk(g: Graph) -> None:
+        for v in g.inputs:
+            nm(v)
+        for v in g.consts:
+            nm(v)
+        for node in g.nodes:
+            for v in node.inputs:
+                nm(v)
+            for v in node.outputs:
+                nm(v)
+            if node.op == LOOP:
+                walk(node.attrs["body"])
+        for v in g.outputs:
+            nm(v)
+
+    walk(graph)
+    return numbers
+
+
+def _check_types(graph: Graph) -> None:
+    def vars_of(g: Graph):
+        yield from g.inputs
+        yield from g.consts
+        for node in g.nodes:
+            yield from (v for v in node.inputs if v is not None)
+            yield from node.outputs
+            if node.op == LOOP:
+                yield from vars_of(node.attrs["body"])
+
+    for v in vars_of(graph):
+        if v.dtype.kind not in _SUPPORTED_KINDS:
+            raise Tier2Unsupported(f"tier 2 does not support dtype {v.dtype} "
+                                   f"(a value of type {v.dtype}{list(v.shape)})")
+
+
+class Generated:
+    """The generated module text of a graph and what running it needs."""
+
+    def __init__(self, graph: Graph, source: str, entry: str, params: list[str],
+                 const_args: list[np.ndarray], fallbacks: list[tuple[int, Node]],
+                 ghash: str, stats: dict[str, Any]) -> None:
+        self.graph = graph
+        self.source = source
+        self.entry = entry
+        self.params = params
+        self.const_args = const_args
+        self.fallbacks = fallbacks
+        self.hash = ghash
+        self.stats = stats
+
+
+def generate(graph: Graph, fastmath: frozenset[str] | bool = FASTMATH) -> Generated:
+    """The generated module source of ``graph`` (nothing is compiled or written)."""
+    _check_types(graph)
+    ghash = graph_hash(graph)
+    numbers = number_vars(graph)  # the numbering of the graph as traced and printed
+    ir_lines = format_graph(graph).splitlines()
+    em = FunctionEmitter(unstack_invariants(graph), numbers, fastmath)
+    entry = "run_graph"
+    params, body = em.emit_entry(entry)
+    fm = fastmath if isinstance(fastmath, bool) else "{" + ", ".join(
+        repr(f) for f in sorted(fastmath)) + "}"
+    if len(ir_lines) > _MAX_IR_LINES:
+        ir_lines = ir_lines[:_MAX_IR_LINES] + [f"... ({len(ir_lines) - _MAX_IR_LINES} more "
+                                               "lines)"]
+    doc = "\n".join(ir_lines).replace("\\", "\\\\").replace('"""', "'''")
+    text = _HEADER.format(ghash=ghash, graph=doc)
+    text += "\n@njit(cache=True, nogil=True, error_model=\"numpy\", " \
+            f"fastmath={fm})\n"
+    text += f"def {entry}({', '.join(params)}):\n"
+    text += "\n".join(body) + "\n"
+    stats = {"regions": em.regions, "fused_nodes": em.fused_nodes,
+             "fallbacks": [n.op for _, n in em.fallbacks],
+             "nodes": sum(1 for _ in graph.walk())}
+    return Generated(graph, text, entry, params, [a for _, a in em.const_args],
+                     em.fallbacks, ghash, stats)
+
+
+def _fallback_callable(node: Node):
+    """A Python function running ``node``'s eager CPU kernel on arrays (for objmode)."""
+    from ..ops.registry import REGISTRY
+    kernel = REGISTRY[node.op].kernel_for("cpu")
+    ins = [(v.shape, v.dtype) if v is not None else None for v in node.inputs]
+    outs = [(v.shape, v.dtype) for v in node.outputs]
+
+    def call(*args):
+        it = iter(args)
+        values = [None if spec is None else
+                  np.asarray(next(it), dtype=spec[1]).reshape(spec[0]) for spec in ins]
+        with np.errstate(all="ignore"):
+            result = kernel(*node_args(node, values))
+        results = result if isinstance(result, (tuple, list)) else (result,)
+        return tuple(np.array(r, dtype=dt, order="C", copy=True).reshape(s if s else (1,))
+                     for r, (s, dt) in zip(results, outs, strict=True))
+
+    call.__name__ = f"fallback_{node.op}"
+    return call
+
+
+class CompiledGraph(Executable):
+    """A graph compiled by tier 2: ``run(arrays) -> arrays`` is one native call.
+
+    ``source()`` is the generated module text; ``stats`` says how many fused regions
+    it has, which ops went through the eager-kernel fallback, the compile time and
+    whether Numba's disk cache was hit.
+    """
+
+    tier = "compile"
+    native_calls = 1
+
+    def __init__(self, gen: Generated, module, fastmath) -> None:
+        super().__init__(gen.graph)
+        self.generated = gen
+        self.module = module
+        self.entry = getattr(module, gen.entry)
+        self.const_args = gen.const_args
+        self.in_specs = [(v.shape, v.dtype) for v in gen.graph.inputs]
+        self.scalar_out = [v.shape == () for v in gen.graph.outputs]
+        self.stats = dict(gen.stats)
+        self.fastmath = fastmath
+        self._compiled = False
+
+    # -------------------------------------------------------------- compile
+    def signature(self) -> tuple:
+        import numba
+        types = [numba.typeof(np.empty(shape, dtype)) for shape, dtype in self.in_specs]
+        types += [numba.typeof(np.ascontiguousarray(a)) for a in self.const_args]
+        return tuple(types)
+
+    def compile(self) -> CompiledGraph:
+        """Compile (or load from Numba's disk cache) the one signature; idempotent."""
+        if self._compiled:
+            return self
+        sig = self.signature()
+        t0 = time.perf_counter()
+        with _LOCK:
+            if not self._compiled:
+                self.entry.compile(sig)
+                self.entry.disable_compile()
+                self._compiled = True
+        self.stats["compile_s"] = time.perf_counter() - t0
+        st = self.entry.stats
+        self.stats["cache_hit"] = bool(sum(st.cache_hits.values())) and \
+            not sum(st.cache_misses.values())
+        return self
+
+    # -------------------------------------------------------------- run
+    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if not self._compiled:
+            self.compile()
+        if len(arrays) != len(self.in_specs):
+            raise TypeError(f"compiled graph: expected {len(self.in_specs)} inputs, got "
+                            f"{len(arrays)}")
+        args = []
+        for k, (a, (shape, dtype)) in enumerate(zip(arrays, self.in_specs, strict=True)):
+            a = np.asarray(a)
+            if a.shape != shape:
+                raise ValueError(f"compiled graph: input {k} has shape {a.shape}, the graph "
+                                 f"was built for {shape}")
+            if a.dtype != dtype or not a.flags.c_contiguous or not a.flags.writeable or \
+                    not a.flags.aligned:
+                a = np.array(a, dtype=dtype, order="C", copy=True)
+            args.append(a)
+        outs = self.entry(*args, *self.const_args)
+        return [o.reshape(()) if s else o for o, s in zip(outs, self.scalar_out, strict=True)]
+
+    def source(self) -> str:
+        return self.generated.source
+
+    @property
+    def path(self) -> str | None:
+        return getattr(self.module, "__file__", None)
+
+
+_REFUSED_WARNED: set[str] = set()
+
+
+def compile_graph(graph: Graph, *, fastmath: frozenset[str] | bool = FASTMATH,
+                  lazy: bool = False, strict: bool = False) -> Executable:
+    """Generate, write, load and compile ``graph`` (see the module docstring).
+
+    A graph tier 2 cannot run (:class:`Tier2Unsupported`: a dtype it does not handle,
+    or an unrolled trace too large to compile quickly) stays in tier 1: the tier-1
+    executable is returned, with one warning per reason, or, with ``strict=True``,
+    the exception is raised. ``lazy=True`` defers the Numba compile to the first
+    ``run`` (or :meth:`CompiledGraph.compile`).
+    """
+    try:
+        gen = generate(graph, fastmath)
+    except Tier2Unsupported as exc:
+        if strict:
+            raise
+        reason = str(exc)
+        if reason not in _REFUSED_WARNED:
+            _REFUSED_WARNED.add(reason)
+            warnings.warn(f"nbgrad.jit: tier 2 does not compile this graph ({reason}); it "
+                          "runs in tier 1 (the tape interpreter)", RuntimeWarning, stacklevel=3)
+        from .lowering import build_tape
+        exe = build_tape(graph)
+        exe.tier2_refused = reason
+        return exe
+    module = _files.load_module(f"jit_{gen.hash}", gen.source)
+    for key, node in gen.fallbacks:
+        module.FALLBACK[key] = _fallback_callable(node)
+    compiled = CompiledGraph(gen, module, fastmath)
+    if not lazy:
+        compiled.compile()
+    return compiled

@@ -1,0 +1,445 @@
+"""Elementwise fusion for tier 2: group a graph's nodes into fused regions.
+
+A *region* is a set of elementwise nodes that share one iteration space (the shape
+of their outputs), plus *trailing reductions* (``sum``, ``mean``, ``sum_to``) whose
+input lies in that space. Tier 2 (:mod:`nbgrad.jit.codegen`) emits each region as
+one loop nest: every operand read once per element, every node's scalar expression
+(from :mod:`nbgrad.kernels.elementwise`, the single source of the arithmetic)
+inlined as a local, reductions accumulated in the same loop, and only the values
+needed outside the region written to memory. So a chain such as
+``sum(sin(x) * exp(-x * x) + tanh(x))`` and its whole backward run as a single loop
+over ``x`` and allocate no intermediates.
+
+Forward and backward chains fuse alike: ``ones_like``/``zeros_like`` read only a
+shape, so the seed gradient of a loss does not depend on the loss's value, and
+``sum_backward``/``expand``/``broadcast_to`` are elementwise reads with a broadcast
+access map. Everything else (matmul, views, loops, other ops) is an *opaque* group
+of one node.
+
+:func:`plan` is the analysis; it does not change the graph (fused regions are not IR
+nodes, so the tier-1 interpreter and the graph passes never see them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..kernels import elementwise as ew
+from .ir import LOOP, Graph, Node, Var
+
+#: elementwise ops beyond the scalar-expression tables
+SHAPE_ONLY = frozenset({"ones_like", "zeros_like"})
+BROADCASTS = frozenset({"expand", "broadcast_to", "sum_backward"})
+EXTRA_ELEMENTWISE = SHAPE_ONLY | BROADCASTS | {"to_dtype", "contiguous"}
+REDUCTIONS = frozenset({"sum", "mean", "sum_to"})
+
+
+def is_elementwise(node: Node) -> bool:
+    """Whether ``node`` computes each output element from the same element of its inputs
+    (after broadcasting)."""
+    op = node.op
+    if op in ew.UNARY or op in ew.BINARY or op in ew.TERNARY:
+        return len(node.outputs) == 1
+    return op in EXTRA_ELEMENTWISE
+
+
+def is_reduction(node: Node) -> bool:
+    return node.op in REDUCTIONS and len(node.inputs) == 1 and node.inputs[0] is not None
+
+
+@dataclass(frozen=True)
+class Access:
+    """How a region reads an operand: ``dims[k]`` is the iteration dimension indexing the
+    operand's dimension ``k``, or ``None`` for a broadcast dimension (index 0)."""
+
+    var: Var
+    dims: tuple[int | None, ...]
+
+    def is_identity(self, shape: tuple[int, ...]) -> bool:
+        return self.var.shape == shape and self.dims == tuple(range(len(shape)))
+
+
+def broadcast_access(var: Var, shape: tuple[int, ...]) -> Access:
+    """NumPy broadcasting of ``var`` against the iteration ``shape``."""
+    nd, nv = len(shape), len(var.shape)
+    dims: list[int | None] = []
+    for k, s in enumerate(var.shape):
+        d = nd - nv + k
+        dims.append(None if (s == 1 and shape[d] != 1) else d)
+    return Access(var, tuple(dims))
+
+
+def reduced_dims(dim, ndim: int) -> tuple[int, ...]:
+    """``dim`` of a reduction (None, an int or a tuple) as sorted non-negative ints."""
+    if dim is None:
+        return tuple(range(ndim))
+    if isinstance(dim, (int, np.integer)):
+        dim = (dim,)
+    if ndim == 0:
+        return ()
+    return tuple(sorted({int(d) % ndim for d in dim}))
+
+
+def operand_accesses(node: Node) -> list[Access]:
+    """The accesses of an elementwise node's data operands (``ones_like`` has none)."""
+    out = node.outputs[0].shape
+    if node.op in SHAPE_ONLY:
+        return []
+    if node.op == "sum_backward":
+        g = node.inputs[0]
+        dims = reduced_dims(node.attrs.get("dim"), len(out))
+        if node.attrs.get("keepdim") or len(g.shape) == len(out):
+            return [broadcast_access(g, out)]
+        kept = [d for d in range(len(out)) if d not in dims]
+        return [Access(g, tuple(kept))]
+    return [broadcast_access(v, out) for v in node.inputs if v is not None]
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """A trailing reduction of a region: ``out[index] (+)= src`` over the region's loop.
+
+    ``out_dims[k]`` is the iteration dimension of output dimension ``k`` (``None``: a
+    kept size-1 dimension); ``reduced`` are the iteration dimensions summed over;
+    ``count`` divides the sum for ``mean``.
+    """
+
+    node: Node
+    src: Var
+    out: Var
+    out_dims: tuple[int | None, ...]
+    reduced: tuple[int, ...]
+    count: int | None
+
+
+def reduction_of(node: Node) -> Reduction:
+    """Describe a ``sum``/``mean``/``sum_to`` node as a :class:`Reduction`."""
+    src, out = node.inputs[0], node.outputs[0]
+    shape = src.shape
+    nd = len(shape)
+    if node.op == "sum_to":
+        size = tuple(node.attrs["size"])
+        lead = nd - len(size)
+        red = list(range(lead))
+        out_dims: list[int | None] = []
+        for k, s in enumerate(size):
+            d = lead + k
+            if s == 1 and shape[d] != 1:
+                red.append(d)
+                out_dims.append(None)
+            else:
+                out_dims.append(d)
+        return Reduction(node, src, out, tuple(out_dims), tuple(red), None)
+    dims = reduced_dims(node.attrs.get("dim"), nd)
+    if node.attrs.get("keepdim"):
+        out_dims = [None if d in dims else d for d in range(nd)]
+    else:
+        out_dims = [d for d in range(nd) if d not in dims]
+    count = None
+    if node.op == "mean":
+        count = 1
+        for d in dims:
+            count *= shape[d]
+    return Reduction(node, src, out, tuple(out_dims), dims, count)
+
+
+# ------------------------------------------------------------------ groups
+@dataclass
+class Group:
+    """One unit of generated code: a fused region (``kind == "region"``) or one opaque node."""
+
+    kind: str                         # "region" or "node"
+    shape: tuple[int, ...]            # the iteration space of a region
+    nodes: list[Node] = field(default_factory=list)       # elementwise nodes, in order
+    reductions: list[Reduction] = field(default_factory=list)
+    first: int = 0                    # position of its first node (for a stable order)
+    #: vars defined here that must be written to memory (read elsewhere or outputs)
+    stores: list[Var] = field(default_factory=list)
+
+    @property
+    def node(self) -> Node:
+        return self.nodes[0]
+
+    def defined(self) -> list[Var]:
+        out = [v for n in self.nodes for v in n.outputs]
+        out += [r.out for r in self.reductions]
+        return out
+
+    def reads(self) -> list[Var]:
+        """The vars this group reads from elsewhere (each once, in order)."""
+        inside = {id(v) for v in self.defined()}
+        seen: set[int] = set()
+        out: list[Var] = []
+        for v in _data_inputs(self):
+            if v is not None and id(v) not in inside and id(v) not in seen:
+                seen.add(id(v))
+                out.append(v)
+        return out
+
+
+def _data_inputs(group: Group) -> list[Var]:
+    out: list[Var] = []
+    for n in group.nodes:
+        if group.kind == "region" and n.op in SHAPE_ONLY:
+            continue
+        out.extend(v for v in n.inputs if v is not None)
+    for r in group.reductions:
+        out.append(r.src)
+    return out
+
+
+def _node_reads(node: Node) -> list[Var]:
+    if node.op in SHAPE_ONLY:
+        return []
+    return [v for v in node.inputs if v is not None]
+
+
+@dataclass
+class Plan:
+    """The groups of one graph (or loop body) in execution order."""
+
+    groups: list[Group]
+    #: number of fused regions that contain more than one node
+    fused: int = 0
+
+    def describe(self) -> str:
+        lines = []
+        for g in self.groups:
+            if g.kind == "region":
+                ops = [n.op for n in g.nodes] + [r.node.op for r in g.reductions]
+                lines.append(f"region{list(g.shape)}: {' '.join(ops)}")
+            else:
+                lines.append(f"node: {g.node.op}")
+        return "\n".join(lines)
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: list[int] = []
+
+    def add(self) -> int:
+        self.parent.append(len(self.parent))
+        return len(self.parent) - 1
+
+    def find(self, i: int) -> int:
+        p = self.parent
+        while p[i] != i:
+            p[i] = p[p[i]]
+            i = p[i]
+        return i
+
+
+def plan(graph: Graph, outputs: Sequence[Var] | None = None) -> Plan:
+    """Group ``graph``'s top-level nodes into fused regions and opaque nodes.
+
+    ``outputs`` (default ``graph.outputs``) are the values that must be written to
+    memory in addition to those read by another group. Loop bodies are planned
+    separately by the code generator.
+    """
+    uf = _UnionFind()
+    groups: dict[int, Group] = {}
+    deps: dict[int, set[int]] = {}       # group -> groups it reads from (may be stale ids)
+    late: dict[int, set[int]] = {}       # group -> ids of its reduction outputs
+    late_deps: dict[int, set[int]] = {}  # group -> groups whose reduction outputs it reads
+    producer: dict[int, int] = {}        # id(var) -> group id (at creation)
+
+    def gof(v: Var | None) -> int | None:
+        if v is None:
+            return None
+        g = producer.get(id(v))
+        return None if g is None else uf.find(g)
+
+    def new_group(kind: str, shape: tuple[int, ...], pos: int) -> int:
+        gid = uf.add()
+        groups[gid] = Group(kind, shape, first=pos)
+        deps[gid] = set()
+        late[gid] = set()
+        late_deps[gid] = set()
+        return gid
+
+    def creates_cycle(cands: set[int], start: list[int]) -> bool:
+        """Whether a path leaves ``cands`` and comes back (through ``start`` groups)."""
+        seen: set[tuple[int, bool]] = set()
+        stack = [(g, g not in cands) for g in start]
+        while stack:
+            g, out = stack.pop()
+            if (g, out) in seen:
+                continue
+            seen.add((g, out))
+            for d in deps[g]:
+                d = uf.find(d)
+                if d == g:
+                    continue
+                inside = d in cands
+                if inside and out:
+                    return True
+                stack.append((d, out or not inside))
+        return False
+
+    def merge(into: int, other: int) -> int:
+        a, b = uf.find(into), uf.find(other)
+        if a == b:
+            return a
+        ga, gb = groups.pop(a), groups.pop(b)
+        keep = a if ga.first <= gb.first else b
+        uf.parent[a if keep == b else b] = keep
+        g = Group("region", ga.shape, first=min(ga.first, gb.first))
+        g.nodes = sorted(ga.nodes + gb.nodes, key=lambda n: pos_of[id(n)])
+        g.reductions = sorted(ga.reductions + gb.reductions, key=lambda r: pos_of[id(r.node)])
+        groups[keep] = g
+        deps[keep] = deps.pop(a) | deps.pop(b)
+        late[keep] = late.pop(a) | late.pop(b)
+        late_deps[keep] = late_deps.pop(a) | late_deps.pop(b)
+        return keep
+
+    pos_of: dict[int, int] = {}
+    for pos, node in enumerate(graph.nodes):
+        pos_of[id(node)] = pos
+        reads = _node_reads(node)
+        if node.op != LOOP and is_elementwise(node):
+            shape = node.outputs[0].shape
+            others = [g for g in (gof(v) for v in reads) if g is not None]
+            my_late = {gof(v) for v in reads if gof(v) is not None and id(v) in late[gof(v)]}
+            cands: list[int] = []
+            for g in others:
+                if groups[g].kind == "region" and groups[g].shape == shape \
+                        and g not in my_late and g not in cands:
+                    cands.append(g)
+            chosen: list[int] = []
+            for g in cands:  # greedily, each candidate that keeps the graph acyclic
+                trial = set(chosen) | {g}
+                if any({uf.find(d) for d in late_deps[c]} & trial for c in trial):
+                    continue
+                if not creates_cycle(trial, others):
+                    chosen.append(g)
+            if chosen:
+                gid = chosen[0]
+                for g in chosen[1:]:
+                    gid = merge(gid, g)
+                gid = uf.find(gid)
+            else:
+                gid = new_group("region", shape, pos)
+            groups[gid].nodes.append(node)
+            deps[gid].update(g for g in others if g != gid)
+            late_deps[gid].update(my_late)
+            producer[id(node.outputs[0])] = gid
+            continue
+        if node.op != LOOP and is_reduction(node):
+            red = reduction_of(node)
+            g = gof(red.src)
+            if g is not None and groups[g].kind == "region" and \
+                    groups[g].shape == red.src.shape and id(red.src) not in late[g]:
+                gid = g
+            else:
+                gid = new_group("region", red.src.shape, pos)
+                if g is not None:
+                    deps[gid].add(g)
+                    if id(red.src) in late[g]:
+                        late_deps[gid].add(g)
+            groups[gid].reductions.append(red)
+            late[gid].add(id(red.out))
+            producer[id(red.out)] = gid
+            continue
+        gid = new_group("node", (), pos)
+        groups[gid].nodes.append(node)
+        deps[gid].update(g for g in (gof(v) for v in reads) if g is not None)
+        for v in node.outputs:
+            producer[id(v)] = gid
+    ordered = _toposort(groups, deps, uf)
+    _mark_stores(ordered, graph.outputs if outputs is None else outputs)
+    fused = sum(1 for g in ordered if g.kind == "region"
+                and len(g.nodes) + len(g.reductions) > 1)
+    return Plan(ordered, fused)
+
+
+def _toposort(groups: dict[int, Group], deps: dict[int, set[int]], uf: _UnionFind) -> list[Group]:
+    """Groups in dependency order (ties: the position of their first node)."""
+    import heapq
+    ids = list(groups)
+    real = {g: {uf.find(d) for d in deps[g]} - {g} for g in ids}
+    users: dict[int, list[int]] = {g: [] for g in ids}
+    indeg = {g: 0 for g in ids}
+    for g, ds in real.items():
+        for d in ds:
+            users[d].append(g)
+            indeg[g] += 1
+    heap = [(groups[g].first, g) for g in ids if indeg[g] == 0]
+    heapq.heapify(heap)
+    out: list[Group] = []
+    while heap:
+        _, g = heapq.heappop(heap)
+        out.append(groups[g])
+        for u in users[g]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(heap, (groups[u].first, u))
+    if len(out) != len(ids):  # pragma: no cover - the merge rule keeps groups acyclic
+        raise RuntimeError("nbgrad.jit fusion: grouping produced a cycle")
+    return out
+
+
+def _mark_stores(groups: list[Group], outputs: Sequence[Var]) -> None:
+    """Mark the region values that another group or the scope's outputs read."""
+    needed = {id(v) for v in outputs}
+    for g in groups:
+        for v in g.reads():
+            needed.add(id(v))
+    for g in groups:
+        if g.kind != "region":
+            continue
+        g.stores = [n.outputs[0] for n in g.nodes if id(n.outputs[0]) in needed]
+
+
+# ------------------------------------------------------------------ loop clean-up
+def unstack_invariants(graph: Graph) -> Graph:
+    """Stop stacking loop invariants per step (a graph pass, ``Graph -> Graph``).
+
+    The gradient of a loop stacks the per-step values its backward reads; when such a
+    value turns out to be loop-invariant (e.g. ``transpose(W)`` once hoisted out of the
+    body), every row of its stack is the same array. A loop that reads that stack row
+    by row (as ``xs``) then reads the invariant itself instead, and the stack, if
+    nothing else reads it, is dropped by dead-code elimination. Bodies are cleaned
+    recursively.
+    """
+    from .ir import LoopInfo, make_loop
+    from .passes import dce
+
+    changed = False
+    nodes: list[Node] = []
+    same_rows: dict[int, Var] = {}   # id(stack var) -> the invariant every row equals
+    for node in graph.nodes:
+        if node.op != LOOP:
+            nodes.append(node)
+            continue
+        info = LoopInfo.of(node)
+        body = unstack_invariants(info.body)
+        nc, nx = info.n_carry, info.n_xs
+        idx, carry, xs, inv = LoopInfo(info.count, nc, nx, info.xs_index, info.ys_index,
+                                       info.index, body).body_inputs()
+        # xs read from a stack whose rows all equal an invariant: read the invariant
+        stacks = list(node.inputs[nc:nc + nx])
+        move = [k for k, s in enumerate(stacks) if id(s) in same_rows]
+        if move or body is not info.body:
+            changed = True
+            keep = [k for k in range(nx) if k not in move]
+            b_inputs = ([idx] if idx is not None else []) + carry + [xs[k] for k in keep] + \
+                inv + [xs[k] for k in move]
+            body = Graph(b_inputs, body.consts, body.nodes, body.outputs)
+            info = LoopInfo(info.count, nc, len(keep), tuple(info.xs_index[k] for k in keep),
+                            info.ys_index, info.index, body)
+            ins = list(node.inputs[:nc]) + [stacks[k] for k in keep] + \
+                list(node.inputs[nc + nx:]) + [same_rows[id(stacks[k])] for k in move]
+            node = make_loop(ins, list(node.outputs), info)
+            idx, carry, xs, inv = info.body_inputs()
+        outer_of = dict(zip((id(v) for v in inv), node.inputs[nc + info.n_xs:], strict=True))
+        for k, (y, (_, step, length)) in enumerate(zip(body.outputs[nc:], info.ys_index,
+                                                       strict=True)):
+            if id(y) in outer_of and info.count == length and abs(step) == 1 and length:
+                same_rows[id(node.outputs[nc + k])] = outer_of[id(y)]
+        nodes.append(node)
+    if not changed:
+        return graph
+    return dce(Graph(list(graph.inputs), dict(graph.consts), nodes, list(graph.outputs)))

@@ -1,0 +1,360 @@
+"""Tier 1: one precompiled ``@njit`` tape interpreter, generated once per install.
+
+The interpreter (``run``) executes a flat instruction array over a buffer pool: one
+1-d float array (float64 or float32; booleans are stored as 0/1 and a loop counter
+as a float). Each instruction is a row of :data:`WIDTH` int64 fields (see the ``F_*``
+constants): an opcode, operand offsets into the pool, per-iteration strides for those
+offsets (an operand's address is ``offset + it * stride`` with ``it`` the counter of
+the innermost enclosing LOOP), sizes and modes. Float parameters live in ``fp`` and
+integer tables (shapes, strides, positions) in ``ia``.
+
+Instructions operate on sliced views of the pool (``buf[o:o + n]``), never on
+``buf[o + j]`` index arithmetic, which blocks vectorisation (DESIGN-NOTES point 4).
+A LOOP instruction repeats the instructions up to its ENDLOOP ``count`` times (loops
+nest), so ``fori_loop``, ``scan`` and re-rolled Python loops run without Python.
+
+The elementwise opcodes are generated from the scalar expressions of
+:mod:`nbgrad.kernels.elementwise` (the eager kernels' single source of truth): hot
+ops get a dedicated loop each, every other op goes through one generic loop that
+switches on a sub-opcode per element (compiled once, cheap to compile). The module
+is written to the cache folder by :func:`nbgrad.codegen.load_module`, so Numba's
+``cache=True`` makes the compile a once-per-install cost: a new graph or a new shape
+only builds a new tape.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .. import codegen
+from ..kernels import elementwise as _ew
+from ..kernels.elementwise import BINARY, TERNARY, UNARY
+
+WIDTH = 16
+(F_OP, F_O, F_A, F_B, F_C, F_SO, F_SA, F_SB, F_SC, F_N, F_M, F_K, F_P, F_F, F_G,
+ F_H) = range(WIDTH)
+
+#: unary ops with a dedicated loop (the rest use the generic one)
+HOT_UNARY = ("neg", "exp", "tanh")
+#: binary ops with dedicated loops (three operand modes each)
+HOT_BINARY = ("add", "sub", "mul", "div")
+#: elementwise ops left out of the interpreter (their code is large and slow to
+#: compile); graphs using them run them as eager steps between native segments
+COLD = frozenset({"digamma", "polygamma", "lgamma", "gelu"})
+#: extra generic unary operations that are not table ops
+EXTRA_UNARY = {"to_bool": "1.0 if x != 0 else 0.0"}
+
+# structural opcodes
+OP_LOOP = 1
+OP_ENDLOOP = 2
+OP_SETITER = 3
+OP_FILL = 4
+OP_COPY = 5
+OP_UGEN = 6
+OP_BGEN = 7
+OP_TGEN = 8
+OP_SUM = 9
+OP_MATMUL = 11
+OP_STRIDED = 12
+OP_GATHER = 14
+OP_SCATTER_ADD = 15
+OP_FIRST_HOT = 32
+
+UNARY_CODE: dict[str, int] = {}
+BINARY_CODE: dict[str, int] = {}
+for _k, _name in enumerate(HOT_UNARY):
+    UNARY_CODE[_name] = OP_FIRST_HOT + _k
+for _k, _name in enumerate(HOT_BINARY):
+    BINARY_CODE[_name] = OP_FIRST_HOT + len(HOT_UNARY) + _k
+
+#: sub-opcodes of the generic loops
+UNARY_SUB: dict[str, int] = {name: k for k, name in
+                             enumerate(list(UNARY) + list(EXTRA_UNARY))}
+BINARY_SUB: dict[str, int] = {name: k for k, name in enumerate(BINARY)}
+TERNARY_SUB: dict[str, int] = {name: k for k, name in enumerate(TERNARY)}
+
+OP_NAMES = {OP_LOOP: "LOOP", OP_ENDLOOP: "ENDLOOP", OP_SETITER: "SETITER", OP_FILL: "FILL",
+            OP_COPY: "COPY", OP_UGEN: "UNARY", OP_BGEN: "BINARY", OP_TGEN: "TERNARY",
+            OP_SUM: "SUM", OP_MATMUL: "MATMUL", OP_STRIDED: "STRIDED", OP_GATHER: "GATHER",
+            OP_SCATTER_ADD: "SCATTER_ADD"}
+OP_NAMES.update({code: name.upper() for name, code in UNARY_CODE.items()})
+OP_NAMES.update({code: name.upper() for name, code in BINARY_CODE.items()})
+
+#: matrix products with more multiply-adds than this call BLAS (np.dot)
+SMALL_MATMUL = 4096
+MAX_DEPTH = 32  # loop nesting
+
+#: the eager kernels' prelude: the same imports and Numba options
+_HEADER = _ew._PRELUDE
+
+
+def _scalar_fn(name: str, params: str, cases: list[tuple[int, str, str]], default: str) -> str:
+    lines = ["", "", "@njit(**OPTS)", f"def {name}(op, {params}):"]
+    for k, (code, expr, kind) in enumerate(cases):
+        kw = "if" if k == 0 else "elif"
+        lines.append(f"    {kw} op == {code}:")
+        lines.append(f"        return 1.0 if ({expr}) else 0.0" if kind == "bool"
+                     else f"        return {expr}")
+    lines.append(f"    return {default}")
+    return "\n".join(lines) + "\n"
+
+
+_RUN_HEAD = '''
+
+@njit(**OPTS)
+def run(ins, start, stop, buf, fp, ia):
+    """Execute instructions [start, stop) of a tape (see nbgrad.jit.interpreter)."""
+    loop_pc = np.zeros({depth}, np.int64)
+    loop_it = np.zeros({depth}, np.int64)
+    loop_n = np.zeros({depth}, np.int64)
+    sp = -1
+    it = 0
+    pc = start
+    while pc < stop:
+        op = ins[pc, 0]
+        if op == {LOOP}:
+            if ins[pc, 9] <= 0:
+                pc = ins[pc, 10] + 1
+                continue
+            sp += 1
+            loop_pc[sp] = pc
+            loop_it[sp] = 0
+            loop_n[sp] = ins[pc, 9]
+            it = 0
+            pc += 1
+            continue
+        if op == {ENDLOOP}:
+            nxt = loop_it[sp] + 1
+            if nxt < loop_n[sp]:
+                loop_it[sp] = nxt
+                it = nxt
+                pc = loop_pc[sp] + 1
+            else:
+                sp -= 1
+                it = loop_it[sp] if sp >= 0 else 0
+                pc += 1
+            continue
+        oo = ins[pc, 1] + it * ins[pc, 5]
+        oa = ins[pc, 2] + it * ins[pc, 6]
+        ob = ins[pc, 3] + it * ins[pc, 7]
+        oc = ins[pc, 4] + it * ins[pc, 8]
+        n = ins[pc, 9]
+        m = ins[pc, 10]
+        k = ins[pc, 11]
+        pp = ins[pc, 12]
+        f = ins[pc, 13]
+        g = ins[pc, 14]
+        h = ins[pc, 15]
+        pc += 1
+'''
+
+_UNARY_HOT = '''        elif op == {code}:  # {name}
+            out = buf[oo:oo + n]
+            xs = buf[oa:oa + n]
+            p0 = fp[pp]
+            p1 = fp[pp + 1]
+            for i in range(n):
+                x = xs[i]
+                out[i] = {expr}
+'''
+
+_BINARY_HOT = '''        elif op == {code}:  # {name}
+            for r in range(m):
+                out = buf[oo + r * n:oo + r * n + n]
+                if f == 0:
+                    av = buf[oa + r * g:oa + r * g + n]
+                    bv = buf[ob + r * h:ob + r * h + n]
+                    for i in range(n):
+                        a = av[i]
+                        b = bv[i]
+                        out[i] = {expr}
+                elif f == 1:
+                    av = buf[oa + r * g:oa + r * g + n]
+                    b = buf[ob + r * h]
+                    for i in range(n):
+                        a = av[i]
+                        out[i] = {expr}
+                else:
+                    a = buf[oa + r * g]
+                    bv = buf[ob + r * h:ob + r * h + n]
+                    for i in range(n):
+                        b = bv[i]
+                        out[i] = {expr}
+'''
+
+_RUN_BODY = '''        elif op == {UGEN}:
+            out = buf[oo:oo + n]
+            xs = buf[oa:oa + n]
+            p0 = fp[pp]
+            p1 = fp[pp + 1]
+            for i in range(n):
+                out[i] = uscalar(k, xs[i], p0, p1)
+        elif op == {BGEN}:
+            for r in range(m):
+                out = buf[oo + r * n:oo + r * n + n]
+                if f == 0:
+                    av = buf[oa + r * g:oa + r * g + n]
+                    bv = buf[ob + r * h:ob + r * h + n]
+                    for i in range(n):
+                        out[i] = bscalar(k, av[i], bv[i])
+                elif f == 1:
+                    av = buf[oa + r * g:oa + r * g + n]
+                    b = buf[ob + r * h]
+                    for i in range(n):
+                        out[i] = bscalar(k, av[i], b)
+                else:
+                    a = buf[oa + r * g]
+                    bv = buf[ob + r * h:ob + r * h + n]
+                    for i in range(n):
+                        out[i] = bscalar(k, a, bv[i])
+        elif op == {TGEN}:
+            out = buf[oo:oo + n]
+            sa_ = 0 if f & 1 else 1
+            sb_ = 0 if f & 2 else 1
+            sc_ = 0 if f & 4 else 1
+            for i in range(n):
+                out[i] = tscalar(k, buf[oc + i * sc_], buf[oa + i * sa_], buf[ob + i * sb_])
+        elif op == {FILL}:
+            buf[oo:oo + n] = fp[pp]
+        elif op == {COPY}:
+            buf[oo:oo + n] = buf[oa:oa + n]
+        elif op == {SETITER}:
+            buf[oo] = n + m * it
+        elif op == {SUM}:
+            # (A, R, B) = (n, m, k); f == 1: mean (divide by R)
+            if k == 1:
+                for a_ in range(n):
+                    row = buf[oa + a_ * m:oa + (a_ + 1) * m]
+                    s = 0.0
+                    for r in range(m):
+                        s += row[r]
+                    buf[oo + a_] = s
+                    if f == 1:
+                        buf[oo + a_] = buf[oo + a_] / m
+            else:
+                acc = np.zeros(k, np.float64)
+                for a_ in range(n):
+                    acc[:] = 0.0
+                    for r in range(m):
+                        row = buf[oa + (a_ * m + r) * k:oa + (a_ * m + r + 1) * k]
+                        for j in range(k):
+                            acc[j] += row[j]
+                    o = buf[oo + a_ * k:oo + (a_ + 1) * k]
+                    for j in range(k):
+                        o[j] = acc[j]
+                    if f == 1:
+                        for j in range(k):
+                            o[j] = o[j] / m
+        elif op == {MATMUL}:
+            # C[n, m] = A[n, k] @ B[k, m], g batches; A is read with strides (ia[pp + 2],
+            # ia[pp + 3]) over (i, t) and B with (ia[pp + 4], ia[pp + 5]) over (t, j), so
+            # transposed operands need no copy; batch strides ia[pp], ia[pp + 1].
+            # f == 1: both plain row-major and large enough for BLAS (np.dot)
+            sa_ = ia[pp]
+            sb_ = ia[pp + 1]
+            ai = ia[pp + 2]
+            at = ia[pp + 3]
+            bt = ia[pp + 4]
+            bj = ia[pp + 5]
+            for q in range(g):
+                a0 = oa + q * sa_
+                b0 = ob + q * sb_
+                c0 = oo + q * n * m
+                if f == 1:
+                    np.dot(buf[a0:a0 + n * k].reshape((n, k)),
+                           buf[b0:b0 + k * m].reshape((k, m)),
+                           buf[c0:c0 + n * m].reshape((n, m)))
+                else:
+                    cv = buf[c0:c0 + n * m]
+                    for i in range(n):
+                        for j in range(m):
+                            s = 0.0
+                            for t in range(k):
+                                s += buf[a0 + i * ai + t * at] * buf[b0 + t * bt + j * bj]
+                            cv[i * m + j] = s
+        elif op == {STRIDED}:
+            # out (contiguous) <- a read with 4-d shape ia[pp:pp+4], strides ia[pp+4:pp+8]
+            s0 = ia[pp]
+            s1 = ia[pp + 1]
+            s2 = ia[pp + 2]
+            s3 = ia[pp + 3]
+            t0 = ia[pp + 4]
+            t1 = ia[pp + 5]
+            t2 = ia[pp + 6]
+            t3 = ia[pp + 7]
+            q = oo
+            for i0 in range(s0):
+                for i1 in range(s1):
+                    for i2 in range(s2):
+                        src = oa + i0 * t0 + i1 * t1 + i2 * t2
+                        out = buf[q:q + s3]
+                        if t3 == 1:
+                            out[:] = buf[src:src + s3]
+                        else:
+                            for j in range(s3):
+                                out[j] = buf[src + j * t3]
+                        q += s3
+        elif op == {GATHER}:
+            out = buf[oo:oo + n]
+            pos = ia[pp:pp + n]
+            for i in range(n):
+                out[i] = buf[oa + pos[i]]
+        elif op == {SCATTER_ADD}:
+            # zero m elements of out (f == 1), then out[pos[i]] += a[i]
+            if f == 1:
+                buf[oo:oo + m] = 0.0
+            pos = ia[pp:pp + n]
+            src = buf[oa:oa + n]
+            for i in range(n):
+                buf[oo + pos[i]] += src[i]
+        else:
+            raise ValueError("nbgrad.jit: bad opcode in tape")
+'''
+
+
+def source() -> str:
+    """The interpreter module's source (deterministic: its hash names the cache file)."""
+    parts = [_HEADER]
+    ucases = [(UNARY_SUB[n], op.expr, op.kind) for n, op in UNARY.items() if n not in COLD]
+    ucases += [(UNARY_SUB[n], expr, "float") for n, expr in EXTRA_UNARY.items()]
+    parts.append(_scalar_fn("uscalar", "x, p0, p1", ucases, "x"))
+    parts.append(_scalar_fn("bscalar", "a, b", [(BINARY_SUB[n], op.expr, op.kind)
+                                                 for n, op in BINARY.items()], "a"))
+    parts.append(_scalar_fn("tscalar", "c, a, b", [(TERNARY_SUB[n], op.expr, op.kind)
+                                                    for n, op in TERNARY.items()], "a"))
+    consts = dict(LOOP=OP_LOOP, ENDLOOP=OP_ENDLOOP, SETITER=OP_SETITER, FILL=OP_FILL,
+                  COPY=OP_COPY, UGEN=OP_UGEN, BGEN=OP_BGEN, TGEN=OP_TGEN, SUM=OP_SUM,
+                  MATMUL=OP_MATMUL, STRIDED=OP_STRIDED, GATHER=OP_GATHER,
+                  SCATTER_ADD=OP_SCATTER_ADD, depth=MAX_DEPTH)
+    parts.append(_RUN_HEAD.format(**consts))
+    first = True
+    for name in HOT_UNARY:
+        text = _UNARY_HOT.format(code=UNARY_CODE[name], name=name, expr=UNARY[name].expr)
+        if first:
+            text = text.replace("        elif", "        if", 1)
+            first = False
+        parts.append(text)
+    for name in HOT_BINARY:
+        parts.append(_BINARY_HOT.format(code=BINARY_CODE[name], name=name,
+                                        expr=BINARY[name].expr))
+    parts.append(_RUN_BODY.format(**consts))
+    return "".join(parts)
+
+
+_MODULE = None
+_LOCK = threading.Lock()
+
+
+def module():
+    """The generated interpreter module (written to the cache folder on first use)."""
+    global _MODULE
+    if _MODULE is None:
+        with _LOCK:
+            if _MODULE is None:
+                _MODULE = codegen.load_module("jit_interpreter", source())
+    return _MODULE
+
+
+def run_function():
+    """The ``run(ins, start, stop, buf, fp, ia)`` dispatcher."""
+    return module().run

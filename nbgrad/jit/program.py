@@ -1,0 +1,78 @@
+"""Executables: what runs a graph (tier 1 tape interpreter, reference replay, tier 2).
+
+An :class:`Executable` maps input arrays to fresh output arrays. :func:`build` picks
+the tier: ``"interpret"`` builds a tier-1 tape (:mod:`nbgrad.jit.lowering`, run by the
+precompiled interpreter of :mod:`nbgrad.jit.interpreter`); ``"reference"`` replays
+the graph with eager ops; ``"compile"`` asks tier 2 (``nbgrad.jit.codegen``, when
+installed) for generated code.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+
+from .ir import Graph, LoopInfo, format_graph
+
+
+class Executable:
+    """Runs one graph: ``run(arrays) -> arrays`` (outputs never alias the inputs)."""
+
+    tier = "reference"
+    #: how many native calls one ``run`` makes (0 for the reference executor)
+    native_calls = 0
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+
+    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        from .reference import replay_arrays
+        outs = replay_arrays(self.graph, arrays)
+        ins = {id(a) for a in arrays}
+        return [np.array(o, copy=True) if id(o) in ins or not o.flags.writeable
+                or o.base is not None else o for o in outs]
+
+    def source(self) -> str:
+        return "# reference executor: the graph replayed with eager ops\n" + \
+            format_graph(self.graph)
+
+
+_TIER2_WARNED = False
+
+
+def tier2():
+    """The tier-2 code generator module, or None while it is not installed."""
+    try:
+        from . import codegen  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return codegen if hasattr(codegen, "compile_graph") else None
+
+
+def build(graph: Graph, tier: str = "interpret") -> Executable:
+    """An executable of ``graph`` for ``tier`` ("interpret", "compile" or "reference")."""
+    global _TIER2_WARNED
+    if tier == "reference":
+        return Executable(graph)
+    if tier == "compile":
+        gen = tier2()
+        if gen is not None:
+            return gen.compile_graph(graph)
+        if not _TIER2_WARNED:
+            _TIER2_WARNED = True
+            warnings.warn("nbgrad.jit: tier-2 code generation is not available in this build; "
+                          "mode='compile' runs the tier-1 interpreter", RuntimeWarning,
+                          stacklevel=4)
+    from .lowering import build_tape
+    return build_tape(graph)
+
+
+def run_loop_native(info: LoopInfo, arrays: Sequence[np.ndarray]) -> list[np.ndarray] | None:
+    """Run one loop node through a tier-1 tape when the interpreter supports its body."""
+    from .lowering import loop_executable
+    exe = loop_executable(info, arrays)
+    if exe is None:
+        return None
+    return exe.run(arrays)

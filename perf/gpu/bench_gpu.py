@@ -1,0 +1,261 @@
+"""W2 and W3 on a GPU: nbgrad's CUDA backend against PyTorch CUDA and JAX GPU.
+
+W2: one SGD step (lr 0.01) of an MLP 784-256-256-10, ReLU, mean softmax cross-entropy,
+batch 128, float32. W3: value and gradient of ``sum(sin(x)*exp(-x*x) + tanh(x))`` for x
+of 4,000,000 float64 (and 100,000,000 with ``--big``). Each implementation is checked
+against the float64 NumPy reference on its first call, then timed: steady-state
+median of ``--repeat`` calls after ``--warmup`` calls, synchronising the device after
+each call. Peers that are not installed are reported as such.
+
+    python perf/gpu/bench_gpu.py [--big] [--repeat 20] [--json perf/results/gpu.json]
+    NUMBA_ENABLE_CUDASIM=1 python perf/gpu/bench_gpu.py --smoke --repeat 1   # no GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from perf.workloads import w2_mlp  # noqa: E402
+
+LR = w2_mlp.LR
+PARAMS = w2_mlp.PARAMS
+
+
+# ---------------------------------------------------------------------- W3
+def w3_reference(x: np.ndarray) -> tuple[float, np.ndarray]:
+    e = np.exp(-x * x)
+    loss = float(np.sum(np.sin(x) * e + np.tanh(x)))
+    grad = np.cos(x) * e - 2 * x * np.sin(x) * e + 1 - np.tanh(x) ** 2
+    return loss, grad
+
+
+def w3_nbgrad(x: np.ndarray):
+    from numba import cuda
+
+    import nbgrad as nb
+    xt = nb.tensor(x, device="cuda", requires_grad=True)
+
+    def step():
+        loss = (nb.sin(xt) * nb.exp(-xt * xt) + nb.tanh(xt)).sum()
+        (g,) = nb.autograd.grad(loss, xt)
+        return loss, g
+
+    return step, cuda.synchronize, lambda out: (out[0].item(), out[1].numpy())
+
+
+def w3_torch(x: np.ndarray):
+    import torch
+    xt = torch.tensor(x, device="cuda", requires_grad=True)
+
+    def step():
+        loss = (torch.sin(xt) * torch.exp(-xt * xt) + torch.tanh(xt)).sum()
+        (g,) = torch.autograd.grad(loss, xt)
+        return loss, g
+
+    return step, torch.cuda.synchronize, lambda out: (out[0].item(), out[1].cpu().numpy())
+
+
+def w3_jax(x: np.ndarray):
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
+    xj = jax.device_put(jnp.asarray(x), jax.devices("gpu")[0])
+    f = jax.jit(jax.value_and_grad(lambda v: jnp.sum(jnp.sin(v) * jnp.exp(-v * v)
+                                                      + jnp.tanh(v))))
+    state = {}
+
+    def step():
+        state["out"] = f(xj)
+        return state["out"]
+
+    def sync():
+        if "out" in state:
+            jax.block_until_ready(state["out"])
+
+    return step, sync, lambda out: (float(out[0]), np.asarray(out[1]))
+
+
+# ---------------------------------------------------------------------- W2
+def w2_nbgrad(inp: dict):
+    from numba import cuda
+
+    import nbgrad as nb
+    import nbgrad.nn.functional as F
+    params = [nb.tensor(inp[k], requires_grad=True, device="cuda") for k in PARAMS]
+    X, y = nb.tensor(inp["X"], device="cuda"), nb.tensor(inp["y"], device="cuda")
+
+    def step():
+        W1, b1, W2, b2, W3, b3 = params
+        h1 = F.relu(X @ W1 + b1)
+        h2 = F.relu(h1 @ W2 + b2)
+        loss = F.cross_entropy(h2 @ W3 + b3, y)
+        grads = nb.autograd.grad(loss, params)
+        with nb.no_grad():
+            for q, g in zip(params, grads, strict=True):
+                q.sub_(LR * g)
+        return loss, grads
+
+    return step, cuda.synchronize, lambda out: (out[0].item(), [g.numpy() for g in out[1]])
+
+
+def w2_torch(inp: dict):
+    import torch
+    import torch.nn.functional as F
+    params = [torch.tensor(inp[k], requires_grad=True, device="cuda") for k in PARAMS]
+    X = torch.tensor(inp["X"], device="cuda")
+    y = torch.tensor(inp["y"], device="cuda")
+
+    def step():
+        W1, b1, W2, b2, W3, b3 = params
+        h1 = F.relu(X @ W1 + b1)
+        h2 = F.relu(h1 @ W2 + b2)
+        loss = F.cross_entropy(h2 @ W3 + b3, y)
+        grads = torch.autograd.grad(loss, params)
+        with torch.no_grad():
+            for q, g in zip(params, grads, strict=True):
+                q.add_(g, alpha=-LR)
+        return loss, grads
+
+    return step, torch.cuda.synchronize, lambda out: (out[0].item(),
+                                                      [g.cpu().numpy() for g in out[1]])
+
+
+def w2_jax(inp: dict):
+    import jax
+    import jax.numpy as jnp
+    gpu = jax.devices("gpu")[0]
+    params = [jax.device_put(jnp.asarray(inp[k]), gpu) for k in PARAMS]
+    X, y = jax.device_put(jnp.asarray(inp["X"]), gpu), jax.device_put(jnp.asarray(inp["y"]),
+                                                                      gpu)
+
+    def loss_fn(ps, X, y):
+        W1, b1, W2, b2, W3, b3 = ps
+        h1 = jax.nn.relu(X @ W1 + b1)
+        h2 = jax.nn.relu(h1 @ W2 + b2)
+        logp = jax.nn.log_softmax(h2 @ W3 + b3, axis=1)
+        return -jnp.mean(logp[jnp.arange(X.shape[0]), y])
+
+    @jax.jit
+    def update(ps, X, y):
+        loss, grads = jax.value_and_grad(loss_fn)(ps, X, y)
+        return loss, grads, [p - LR * g for p, g in zip(ps, grads, strict=True)]
+
+    state = {"params": params}
+
+    def step():
+        loss, grads, state["params"] = update(state["params"], X, y)
+        state["out"] = (loss, grads)
+        return loss, grads
+
+    def sync():
+        if "out" in state:
+            jax.block_until_ready(state["out"])
+
+    return step, sync, lambda out: (float(out[0]), [np.asarray(g) for g in out[1]])
+
+
+# ---------------------------------------------------------------------- harness
+def measure(build: Callable, arg, check: Callable, repeat: int, warmup: int) -> dict:
+    t0 = time.perf_counter()
+    step, sync, fetch = build(arg)
+    first = fetch(step())
+    sync()
+    first_s = time.perf_counter() - t0
+    error = check(first)
+    for _ in range(warmup):
+        step()
+    sync()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        step()
+        sync()
+        times.append((time.perf_counter() - t) * 1e3)
+    return {"median_ms": statistics.median(times), "min_ms": min(times),
+            "first_call_s": first_s, "max_rel_error": error}
+
+
+def _rel(got, want) -> float:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
+
+
+def run(big: bool, repeat: int, warmup: int, smoke: bool = False) -> list[dict]:
+    rows = []
+    sizes = [2_000] if smoke else [4_000_000] + ([100_000_000] if big else [])
+    for n in sizes:
+        x = np.random.default_rng(0).standard_normal(n)
+        ref_loss, ref_grad = w3_reference(x)
+
+        def check(out, ref_loss=ref_loss, ref_grad=ref_grad):
+            return max(_rel(out[0], ref_loss), _rel(out[1], ref_grad))
+
+        for impl, build in (("nbgrad-cuda", w3_nbgrad), ("torch-cuda", w3_torch),
+                            ("jax-gpu", w3_jax)):
+            rows.append(_row(f"W3 n={n:,}", impl, build, x, check, repeat, warmup))
+    p = w2_mlp.SIZES["tiny" if smoke else "full"]
+    inp = w2_mlp.make_inputs(p)
+    ref = w2_mlp.reference(inp, p)
+
+    def check_w2(out):
+        errs = [_rel(out[0], ref.loss)] + [_rel(g, r) for g, r in
+                                            zip(out[1], ref.grads, strict=True)]
+        return max(errs)
+
+    for impl, build in (("nbgrad-cuda", w2_nbgrad), ("torch-cuda", w2_torch),
+                        ("jax-gpu", w2_jax)):
+        rows.append(_row("W2 mlp", impl, build, inp, check_w2, repeat, warmup))
+    return rows
+
+
+def _row(workload, impl, build, arg, check, repeat, warmup) -> dict:
+    row = {"workload": workload, "impl": impl}
+    try:
+        row.update(measure(build, arg, check, repeat, warmup))
+    except ImportError as exc:
+        row["error"] = f"not installed: {exc}"
+    except Exception as exc:  # noqa: BLE001 - report, then go on with the next peer
+        row["error"] = f"{type(exc).__name__}: {exc}"
+    line = (f"{workload:<16} {impl:<12} " + (f"{row['median_ms']:10.3f} ms  (first call "
+            f"{row['first_call_s']:.1f} s, rel. error {row['max_rel_error']:.1e})"
+            if "median_ms" in row else row["error"]))
+    print(line, flush=True)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--big", action="store_true", help="also W3 at 1e8 elements")
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes (a check that every path runs, e.g. in the simulator)")
+    args = parser.parse_args(argv)
+    rows = run(args.big, args.repeat, args.warmup, args.smoke)
+    if args.json:
+        device = ""
+        try:
+            from numba import cuda
+            device = cuda.get_current_device().name
+            device = device.decode() if isinstance(device, bytes) else str(device)
+        except Exception:  # noqa: BLE001 - the name is informative only
+            pass
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"device": device, "host": platform.node(),
+                                         "rows": rows}, indent=2) + "\n")
+    return 1 if any("error" in r and r["impl"] == "nbgrad-cuda" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from . import autograd, cache_guard, dtypes, linalg, random
+from . import (
+    autograd,
+    cache_guard,
+    dtypes,
+    jit,  # noqa: E402 - a callable module: nbgrad.jit(f), nbgrad.jit.ir, ...
+    linalg,
+    random,
+)
 from .device import Device
 from .dtypes import bool_, float32, float64, int32, int64
 from .errors import TableError, TracerError
@@ -30,9 +37,8 @@ from .factories import (
 )
 from .functional import grad, hessian, hvp, jacobian, jvp, value_and_grad, vjp
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
-from .ops import *  # noqa: F403
-from . import jit  # noqa: E402 - a callable module: nbgrad.jit(f), nbgrad.jit.ir, ...
 from .jit import fori_loop, scan  # noqa: E402
+from .ops import *  # noqa: F403
 from .tensor import Tensor
 
 bool = bool_  # noqa: A001 - torch's name for the dtype

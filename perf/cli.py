@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(rounds=args.rounds, min_samples=args.min_samples,
                         min_time=args.min_time, max_round_time=args.max_round_time,
                         cold=args.cold, probe=not args.no_probe, seed=args.seed)
-    command = "python -m perf " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = " ".join(["python -m perf", *(shlex.quote(a) for a in (argv or sys.argv[1:]))])
     progress = (lambda s: None) if args.quiet else None
     if args.command == "scaling":
         cases = scaling_cases(args.w3_sizes, args.w1_steps)

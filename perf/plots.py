@@ -90,7 +90,7 @@ def plot_first_call(results: dict):
     ax.set_xticks(range(len(cases)), [f"{c['workload']} {c['name']}" for c in cases])
     ax.set_ylabel("first call, s (log)")
     ax.set_title("First call in a fresh process (compile included)", fontsize=10)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .core import FRAMEWORK_TITLES, PEERS
 
+NOTE_CHARS = 180  # notes longer than this are cut in tables (the JSON keeps them whole)
 STATUS_TEXT = {"skipped": "skipped", "error": "error", "mismatch": "MISMATCH",
                "ready": "unfinished"}
 
@@ -172,7 +173,8 @@ def case_table(case: dict) -> str:
         if row.get("status") != "ok":
             notes.append(f"**{STATUS_TEXT.get(row['status'], row['status'])}**")
         if row.get("note"):
-            notes.append(str(row["note"]).replace("|", "/").replace("\n", " "))
+            note = " ".join(str(row["note"]).replace("|", "/").split())
+            notes.append(note if len(note) <= NOTE_CHARS else note[:NOTE_CHARS - 1] + "…")
         if row.get("us_per_op") is not None:
             notes.append(f"{row['us_per_op']:.3g} us/op")
         info = row.get("info") or {}

@@ -94,3 +94,72 @@ def test_gradcheck(rec, sample):
 def test_gradgradcheck(rec, sample):
     fn, args = _check_fn(rec, sample)
     assert gradgradcheck(fn, args, eps=rec.eps, atol=rec.atol, rtol=rec.rtol)
+
+
+def _jit_case(rec, sample):
+    """The op as a function of its floating tensor arguments only (the rest, integer
+    targets and indices included, closed over as constants)."""
+    fn = rec.function()
+    args, kwargs = make_inputs(sample, requires_grad=False)
+    slots, tensors = [], []
+    for i, a in enumerate(args):
+        if isinstance(a, nb.Tensor) and a.dtype.kind == "f":
+            slots.append((i, None))
+            tensors.append(a)
+        elif isinstance(a, list) and a and all(isinstance(t, nb.Tensor) and t.dtype.kind == "f"
+                                               for t in a):
+            slots.append((i, len(a)))
+            tensors.extend(a)
+
+    def call(*ts):
+        full, k = list(args), 0
+        for i, n in slots:
+            if n is None:
+                full[i] = ts[k]
+                k += 1
+            else:
+                full[i] = list(ts[k:k + n])
+                k += n
+        return fn(*full, **kwargs)
+
+    return call, tensors
+
+
+def _float_sum(call):
+    def loss(*ts):
+        outs = [o for o in _outputs(call(*ts)) if isinstance(o, nb.Tensor)
+                and o.dtype.kind == "f"]
+        total = outs[0].sum()
+        for o in outs[1:]:
+            total = total + o.sum()
+        return total
+    return loss
+
+
+@pytest.mark.parametrize(("rec", "sample"), _cases(lambda r: r.jit))
+def test_jit_matches_eager(rec, sample):
+    """nbgrad.jit of every table op: values, and gradients of the sum of its float
+    outputs (through jit(value_and_grad)), equal eager mode."""
+    call, tensors = _jit_case(rec, sample)
+    want = _outputs(call(*tensors))
+    jitted = nb.jit(call, mode="interpret")
+    for _ in range(2):  # the trace, then the compiled tape
+        got = _outputs(jitted(*tensors))
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-12, atol=1e-14)
+    diff = [i for i, t in enumerate(tensors) if t.dtype.kind == "f"]
+    floats = [w for w in want if w.dtype.kind == "f"]
+    if not (rec.grad and diff and floats):
+        return
+    diff = [i for i in diff if sample.diff is None or i in sample.diff] or diff
+    loss = _float_sum(call)
+    eager_v, eager_g = nb.value_and_grad(loss, argnums=tuple(diff))(*tensors)
+    vg = nb.jit(nb.value_and_grad(loss, argnums=tuple(diff)), mode="interpret")
+    for _ in range(2):
+        v, gs = vg(*tensors)
+        np.testing.assert_allclose(v.numpy(), eager_v.numpy(), rtol=1e-12, atol=1e-14)
+        for g, e in zip(gs, eager_g, strict=True):
+            assert g.shape == e.shape and g.dtype == e.dtype
+            np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-12, atol=1e-13)

@@ -144,7 +144,10 @@ class GraphTask:
             if self.accumulate and grads:
                 accumulate_into(node.variable, grads[0], self.create_graph)
             return
-        if not any(g is not None for g in grads):
+        for g in grads:
+            if g is not None:
+                break
+        else:  # no gradient arrived
             if not self.retain_graph:
                 node.release()
             return

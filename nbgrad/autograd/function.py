@@ -139,14 +139,19 @@ class Function:
     @classmethod
     def apply(cls, *args: Any, **kwargs: Any) -> Any:
         tracer = STATE_TRACE.tracer
-        if tracer is not None and tracer.wants_function(cls, args):
+        if tracer is not None and tracer.wants_function(cls, args, kwargs):
             return tracer.trace_function(cls, args, kwargs)
         return apply_function(cls, args, kwargs)
 
 
-def apply_function(cls: type, args: tuple, kwargs: dict) -> Any:
-    """Run ``cls.forward`` without recording, then connect its outputs to one node."""
-    ctx = FunctionCtx()
+def apply_function(cls: type, args: tuple, kwargs: dict, ctx: FunctionCtx | None = None,
+                   node_cls: type | None = None) -> Any:
+    """Run ``cls.forward`` without recording, then connect its outputs to one node.
+
+    ``ctx`` (a fresh :class:`FunctionCtx`) and ``node_cls`` (a subclass of
+    :class:`BackwardFunction`) let ``nbgrad.jit`` keep the context and pick the node.
+    """
+    ctx = FunctionCtx() if ctx is None else ctx
     tensor_args = [a for a in args if isinstance(a, Tensor)]
     ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
     with no_grad():
@@ -156,7 +161,8 @@ def apply_function(cls: type, args: tuple, kwargs: dict) -> Any:
     needs = STATE.grad_enabled and any(ctx.needs_input_grad)
     node = None
     if needs:
-        node = BackwardFunction(cls, ctx, [gradient_edge(t) for t in tensor_args])
+        node = (node_cls or BackwardFunction)(cls, ctx,
+                                              [gradient_edge(t) for t in tensor_args])
         node.arg_is_tensor = tuple(isinstance(a, Tensor) for a in args)
         node.input_meta = [(t.shape, t.dtype) for t in tensor_args]
         ctx._node = node

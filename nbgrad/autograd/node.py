@@ -6,7 +6,7 @@ import itertools
 import weakref
 from typing import TYPE_CHECKING
 
-from ..tensor import Tensor
+from ..tensor import STATE_TRACE, Tensor
 
 if TYPE_CHECKING:
     from ..ops.registry import OpDef
@@ -88,7 +88,9 @@ def accumulate_into(leaf: Tensor, grad: Tensor | None, create_graph: bool) -> No
             leaf.grad = grad
         else:
             leaf.grad = Tensor._make(grad._data.copy(), device=grad._device)
-    elif create_graph or leaf.grad._requires_grad:
+            if STATE_TRACE.tracer is not None:  # nbgrad.jit: the copy is the traced value
+                STATE_TRACE.tracer.alias(leaf.grad, grad)
+    elif create_graph or leaf.grad._requires_grad or STATE_TRACE.tracer is not None:
         leaf.grad = add(leaf.grad, grad)
     else:
         from ..grad_mode import no_grad
@@ -176,6 +178,14 @@ def modified_message(node: Node, name: str, t, saved_version: int) -> str:
             f"{now}; expected version {saved_version} instead.")
 
 
+def _run_formulas(node: OpNode, grads: list) -> list:
+    """Bound on first use to nbgrad.ops.dispatch.run_formulas (which imports this module)."""
+    global _run_formulas
+    from ..ops.dispatch import run_formulas
+    _run_formulas = run_formulas
+    return run_formulas(node, grads)
+
+
 class OpNode(Node):
     """The backward of one application of a table op: evaluates the table's formulas."""
 
@@ -198,7 +208,6 @@ class OpNode(Node):
         self.saved = None
 
     def apply(self, grads: list, create_graph: bool) -> list:
-        from ..ops.dispatch import run_formulas
         if self.saved is None:
             raise RuntimeError(RETAIN_GRAPH_MESSAGE)
-        return run_formulas(self, grads)
+        return _run_formulas(self, grads)

@@ -38,6 +38,8 @@ from ..tensor import Tensor
 from . import pytree
 from .ir import Graph, check, format_graph
 from .program import Executable, build, tier2
+from .pythonop import owning
+from .reroll import reroll
 from .tracer import Tracer, run_traced
 
 MODES = ("auto", "interpret", "compile", "reference")
@@ -173,6 +175,8 @@ class Jitted:
         implicit = [t for t, _ in tracer.implicit]
         rg += [bool(grad and t._requires_grad) for t in implicit]
         check(graph)
+        graph = reroll(graph)
+        check(graph)
         entry = _Entry(self, graph, dynamic, implicit, tuple(rg), out_spec, out_leaves,
                        out_pos, tuple(diff), tracer.frozen_alive())
         # the first call returns what the trace computed
@@ -255,7 +259,7 @@ class _Entry:
                         graph = optimize(self.split().bwd)
                     exe = build(graph, self.tier)
                     self._exe[which] = exe
-        return exe
+        return owning(exe)  # tier 2 may swap in executables: PythonOp handles need an owner
 
     def split(self, example: list[np.ndarray] | None = None):
         """The forward-with-residuals and backward graphs (built on first need, by
@@ -270,8 +274,9 @@ class _Entry:
     def _maybe_promote(self) -> None:
         if self.owner.mode == "auto" and self.tier == "interpret" and \
                 self.calls >= PROMOTE_AFTER and tier2() is not None:
-            self.tier = "compile"
-            self._exe.clear()
+            # tier 2 compiles in a background thread; tier 1 runs until it is ready
+            self.tier = tier2().PROMOTING
+            tier2().promote_in_background(self)
 
     # ------------------------------------------------------------------ running
     def call(self, leaves: list) -> Any:

@@ -20,6 +20,7 @@ converts its arguments to it, so no call ever compiles a second specialisation.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import warnings
@@ -31,7 +32,7 @@ import numpy as np
 from .. import codegen as _files
 from .codegen_emit import FunctionEmitter, Tier2Unsupported
 from .fusion import unstack_invariants
-from .ir import LOOP, Graph, Node, format_graph, graph_hash, node_args
+from .ir import CUSTOM_KINDS, LOOP, Graph, Node, format_graph, graph_hash, node_args
 from .program import Executable
 
 __all__ = ["CompiledGraph", "FASTMATH", "Tier2Unsupported", "compile_graph", "generate"]
@@ -132,7 +133,7 @@ def generate(graph: Graph, fastmath: frozenset[str] | bool = FASTMATH) -> Genera
     ghash = graph_hash(graph)
     numbers = number_vars(graph)  # the numbering of the graph as traced and printed
     ir_lines = format_graph(graph).splitlines()
-    em = FunctionEmitter(unstack_invariants(graph), numbers, fastmath)
+    em = FunctionEmitter(unstack_invariants(graph), numbers)
     entry = "run_graph"
     params, body = em.emit_entry(entry)
     fm = fastmath if isinstance(fastmath, bool) else "{" + ", ".join(
@@ -141,9 +142,11 @@ def generate(graph: Graph, fastmath: frozenset[str] | bool = FASTMATH) -> Genera
         ir_lines = ir_lines[:_MAX_IR_LINES] + [f"... ({len(ir_lines) - _MAX_IR_LINES} more "
                                                "lines)"]
     doc = "\n".join(ir_lines).replace("\\", "\\\\").replace('"""', "'''")
+    doc = re.sub(r" at 0x[0-9a-fA-F]+", "", doc)  # addresses differ between processes
     text = _HEADER.format(ghash=ghash, graph=doc)
-    text += "\n@njit(cache=True, nogil=True, error_model=\"numpy\", " \
-            f"fastmath={fm})\n"
+    # objmode blocks take the GIL: Numba warns about nogil=True with them
+    nogil = "" if em.fallbacks else "nogil=True, "
+    text += f"\n@njit(cache=True, {nogil}error_model=\"numpy\", fastmath={fm})\n"
     text += f"def {entry}({', '.join(params)}):\n"
     text += "\n".join(body) + "\n"
     stats = {"regions": em.regions, "fused_nodes": em.fused_nodes,
@@ -156,6 +159,9 @@ def generate(graph: Graph, fastmath: frozenset[str] | bool = FASTMATH) -> Genera
 def _fallback_callable(node: Node):
     """A Python function running ``node``'s eager CPU kernel on arrays (for objmode)."""
     from ..ops.registry import REGISTRY
+    if node.op in CUSTOM_KINDS:  # a custom Function's Python code (PythonOp, PythonOpGrad)
+        from .pythonop import fallback_callable
+        return fallback_callable(node)
     kernel = REGISTRY[node.op].kernel_for("cpu")
     ins = [(v.shape, v.dtype) if v is not None else None for v in node.inputs]
     outs = [(v.shape, v.dtype) for v in node.outputs]
@@ -210,15 +216,21 @@ class CompiledGraph(Executable):
             return self
         sig = self.signature()
         t0 = time.perf_counter()
+        loaded = True
         with _LOCK:
             if not self._compiled:
-                self.entry.compile(sig)
+                # the module (and its dispatcher) is shared by every CompiledGraph of the
+                # same graph in this process: compile its one signature once
+                loaded = tuple(sig) in self.entry.overloads
+                if not loaded:
+                    self.entry.compile(sig)
                 self.entry.disable_compile()
                 self._compiled = True
         self.stats["compile_s"] = time.perf_counter() - t0
         st = self.entry.stats
-        self.stats["cache_hit"] = bool(sum(st.cache_hits.values())) and \
-            not sum(st.cache_misses.values())
+        # "cache_hit": nothing was compiled (found on disk, or already in this process)
+        self.stats["cache_hit"] = loaded or (bool(sum(st.cache_hits.values()))
+                                             and not sum(st.cache_misses.values()))
         return self
 
     # -------------------------------------------------------------- run
@@ -283,3 +295,59 @@ def compile_graph(graph: Graph, *, fastmath: frozenset[str] | bool = FASTMATH,
     if not lazy:
         compiled.compile()
     return compiled
+
+
+# ------------------------------------------------------------------ promotion (mode="auto")
+#: promotion threads started by :func:`promote_in_background` (see :func:`wait_for_promotions`)
+PROMOTIONS: list[threading.Thread] = []
+#: the tier an entry is in while tier 2 compiles it (``program.build`` runs tier 1 for it)
+PROMOTING = "promoting"
+#: the tier of an entry whose promotion failed (it stays in tier 1 for good)
+TIER1_FINAL = "interpret (tier 2 refused)"
+
+
+def promote_in_background(entry) -> threading.Thread:
+    """Compile the executables a ``nbgrad.jit`` entry already uses with tier 2, in a
+    thread, and swap them in when ready; calls keep running in tier 1 meanwhile.
+
+    ``entry`` is the API's per-signature record (``nbgrad.jit.api._Entry``): its
+    ``_exe`` dict maps a role ("main", "fwd", "bwd") to an executable with a ``graph``;
+    ``tier`` is set to :data:`PROMOTING` by the caller and to ``"compile"`` here once
+    the generated code is loaded and compiled (or :data:`TIER1_FINAL` if tier 2 cannot
+    compile the graph: the entry then stays in tier 1 without trying again).
+    """
+    def work() -> None:
+        from .program import build  # the API's own path (custom Function nodes, handles)
+        try:
+            built: dict[str, Executable] = {}
+            for role, exe in list(entry._exe.items()):
+                if getattr(exe, "tier", None) == "compile":
+                    continue
+                new = build(exe.graph, "compile")
+                if getattr(new, "tier", None) != "compile":  # tier 2 refused the graph
+                    entry.tier = TIER1_FINAL
+                    return
+                built[role] = new
+        except Exception as exc:  # never break a running program: stay in tier 1
+            entry.tier = TIER1_FINAL
+            warnings.warn(f"nbgrad.jit: compiling a hot graph with tier 2 failed "
+                          f"({type(exc).__name__}: {exc}); it keeps running in tier 1",
+                          RuntimeWarning, stacklevel=1)
+            return
+        with entry._lock:
+            entry._exe.update(built)
+            entry.tier = "compile"
+
+    thread = threading.Thread(target=work, name="nbgrad-jit-tier2", daemon=False)
+    PROMOTIONS.append(thread)
+    thread.start()
+    return thread
+
+
+def wait_for_promotions(timeout: float | None = None) -> bool:
+    """Wait until every promotion started so far has finished; True if all did."""
+    for t in list(PROMOTIONS):
+        t.join(timeout)
+    alive = [t for t in PROMOTIONS if t.is_alive()]
+    PROMOTIONS[:] = alive
+    return not alive

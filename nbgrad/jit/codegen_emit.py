@@ -22,237 +22,44 @@ alive); an elementwise region may write over an input that dies in it.
 
 from __future__ import annotations
 
-import ast
-import math
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels import elementwise as ew
 from . import fusion
+from .codegen_ops import MATMULS, TRANSPOSES, VIEW_OPS, OpsEmitter
+from .codegen_store import (
+    Pool,
+    Scope,
+    Store,
+    Tier2Unsupported,
+    _affine,
+    _short,
+    cast,
+    literal,
+    np_type,
+    scalar_expr,
+    uniform_value,
+)
 from .fusion import Access, Group, Reduction
 from .ir import LOOP, Graph, LoopInfo, Node, Var
 
-#: matrix products with at most this many multiply-adds are written as loops
-SMALL_MATMUL = 32768
+__all__ = ["MAX_GROUPS", "FunctionEmitter", "Pool", "Scope", "Store", "Tier2Unsupported"]
+
 #: a graph needing more separate loop nests than this stays in tier 1: Numba's compile
 #: time grows faster than linearly with the function's size (an unrolled trace that was
 #: not re-rolled into a loop would take minutes)
 MAX_GROUPS = 250
-VIEW_OPS = frozenset({"reshape", "view", "flatten", "squeeze", "unsqueeze"})
-TRANSPOSES = frozenset({"transpose", "permute"})
-MATMULS = frozenset({"matmul", "mm", "dot"})
-
-
-class Tier2Unsupported(NotImplementedError):
-    """Tier 2 cannot compile this graph (the graph stays in tier 1)."""
-
-
-# ------------------------------------------------------------------ literals and types
-def np_type(dtype: np.dtype) -> str:
-    """``np.float64``-style name of a dtype in generated code."""
-    dtype = np.dtype(dtype)
-    return "np.bool_" if dtype == np.bool_ else f"np.{dtype.name}"
-
-
-def literal(value, dtype: np.dtype) -> str:
-    """Source text of a scalar constant of ``dtype`` (exact: floats by ``repr``)."""
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return "True" if bool(value) else "False"
-    if dtype.kind == "f":
-        x = float(value)
-        if math.isnan(x):
-            text = "math.nan"
-        elif math.isinf(x):
-            text = "math.inf" if x > 0 else "-math.inf"
-        else:
-            text = repr(x)
-        return text if dtype == np.float64 else f"{np_type(dtype)}({text})"
-    if dtype.kind in "iu":
-        return f"{np_type(dtype)}({int(value)})"
-    raise Tier2Unsupported(f"constants of dtype {dtype} are not supported by tier 2")
-
-
-def uniform_value(arr: np.ndarray):
-    """The one value of an array whose elements are all equal, else None."""
-    if arr.size == 0:
-        return None
-    flat = arr.reshape(-1)
-    first = flat[0]
-    if arr.size == 1 or bool(np.all(flat == first)):
-        return first
-    return None
-
-
-def objmode_type(dtype: np.dtype, ndim: int) -> str:
-    """Numba's type string of a C-contiguous array, for ``objmode`` annotations."""
-    dtype = np.dtype(dtype)
-    name = "boolean" if dtype == np.bool_ else dtype.name
-    dims = [":"] * (ndim - 1) + ["::1"]
-    return f"{name}[{', '.join(dims)}]"
-
-
-def _subst(expr: str, names: dict[str, str]) -> str:
-    """``expr`` with the names in ``names`` replaced by expressions (via the AST)."""
-    tree = ast.parse(expr, mode="eval")
-    parsed = {k: ast.parse(v, mode="eval").body for k, v in names.items()}
-
-    class Sub(ast.NodeTransformer):
-        def visit_Name(self, node: ast.Name) -> ast.AST:
-            return parsed.get(node.id, node)
-
-    return ast.unparse(Sub().visit(tree))
-
-
-def _param_values(node: Node, spec: ew.ScalarOp) -> dict[str, str]:
-    vals: dict[str, str] = {}
-    for k, name in enumerate(spec.params):
-        value = node.attrs[name]
-        if node.op == "gelu":
-            value = 0.0 if value == "none" else 1.0
-        vals[f"p{k}"] = literal(float(value), np.float64)
-    return vals
-
-
-def cast(expr: str, src: np.dtype, dst: np.dtype) -> str:
-    """``expr`` (of dtype ``src``) converted as ``ndarray.astype(dst)`` does."""
-    if src == dst:
-        return expr
-    if dst == np.bool_:
-        return f"({expr}) != 0"
-    return f"{np_type(dst)}({expr})"
-
-
-def scalar_expr(node: Node, args: list[str], arg_dtypes: list[np.dtype]) -> str:
-    """The scalar expression of elementwise ``node`` over operand expressions ``args``."""
-    op = node.op
-    out = node.outputs[0].dtype
-    if op in fusion.SHAPE_ONLY:
-        return literal(1 if op == "ones_like" else 0, out)
-    if op == "to_dtype":
-        return cast(args[0], arg_dtypes[0], out)
-    if op in fusion.BROADCASTS or op == "contiguous":
-        return cast(args[0], arg_dtypes[0], out)
-    if op in ew.UNARY:
-        spec = ew.UNARY[op]
-        names = {"x": args[0], **_param_values(node, spec)}
-    elif op in ew.BINARY:
-        spec = ew.BINARY[op]
-        names = {"a": args[0], "b": args[1]}
-    elif op == "where":
-        spec = ew.TERNARY[op]
-        names = {"c": args[0], "a": args[1], "b": args[2]}
-    elif op == "lerp":
-        spec = ew.TERNARY[op]
-        names = {"a": args[0], "b": args[1], "c": args[2]}
-    else:  # pragma: no cover - fusion only passes the ops above
-        raise Tier2Unsupported(f"no scalar expression for {op}")
-    text = _subst(spec.expr, names)
-    if spec.kind == "bool":
-        return text
-    if op == "where":
-        arg_dtypes = arg_dtypes[1:]
-    if out == np.float64 and all(d == np.float64 for d in arg_dtypes):
-        return text
-    if out == np.bool_:
-        return f"bool({text})"
-    return f"{np_type(out)}({text})"
-
-
-# ------------------------------------------------------------------ storage
-@dataclass
-class Store:
-    """Where a value lives in the generated function.
-
-    ``kind``: "scalar" (a local), "literal" (a constant expression, ``shape`` may be
-    non-empty for a uniform constant array) or "array". ``slot``: the pool buffer an
-    array lives in (views share their base's slot), None for arrays the pool does not
-    own (inputs, constants, loop carries seen from a body). ``fresh``: an array this
-    call allocated for exactly this value (may be returned without a copy).
-    """
-
-    name: str
-    kind: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    slot: str | None = None
-    fresh: bool = False
-    layout: str = "C"
-
-
-class Pool:
-    """Named buffers of one scope, reused by (shape, dtype) when their values die."""
-
-    def __init__(self, fn: FunctionEmitter, tag: str) -> None:
-        self.fn = fn
-        self.tag = tag
-        self.free: dict[tuple, list[str]] = {}
-        self.refs: dict[str, set[int]] = {}
-        self.pinned: set[str] = set()
-        self.key_of: dict[str, tuple] = {}
-
-    def alloc(self, var: Var, hint: str, zero: bool = False) -> str:
-        key = (var.shape, var.dtype.str)
-        free = self.free.get(key)
-        if free:
-            slot = free.pop()
-            if zero:
-                self.fn.line(f"{slot}.fill(0)")
-        else:
-            slot = self.fn.fresh_name(hint)
-            maker = "np.zeros" if zero else "np.empty"
-            self.fn.prologue.append(f"{slot} = {maker}({var.shape!r}, {np_type(var.dtype)})")
-            self.key_of[slot] = key
-        self.refs[slot] = {id(var)}
-        return slot
-
-    def owns(self, slot: str | None) -> bool:
-        return slot is not None and slot in self.refs
-
-    def add_ref(self, slot: str, var: Var) -> None:
-        self.refs[slot].add(id(var))
-
-    def release(self, slot: str, var: Var) -> None:
-        refs = self.refs.get(slot)
-        if refs is None or id(var) not in refs:
-            return
-        refs.discard(id(var))
-        if not refs and slot not in self.pinned:
-            del self.refs[slot]
-            self.free.setdefault(self.key_of[slot], []).append(slot)
-
-
-class Scope:
-    """The values of one graph (the function or a loop body) and its buffer pool."""
-
-    def __init__(self, fn: FunctionEmitter, graph: Graph, parent: Scope | None) -> None:
-        self.fn = fn
-        self.graph = graph
-        self.parent = parent
-        self.stores: dict[int, Store] = {}
-        self.pool = Pool(fn, "b")
-
-    def get(self, v: Var) -> Store:
-        s = self.stores.get(id(v))
-        if s is None:
-            raise RuntimeError(f"nbgrad.jit tier 2: value {fn_name(v)} has no storage")
-        return s
-
-
-def fn_name(v: Var) -> str:
-    return f"{v.dtype.name}{list(v.shape)}"
 
 
 # ------------------------------------------------------------------ the emitter
-class FunctionEmitter:
+class FunctionEmitter(OpsEmitter):
     """Writes the entry function of one graph (see the module docstring)."""
 
-    def __init__(self, graph: Graph, numbers: dict[int, int], fastmath) -> None:
+    def __init__(self, graph: Graph, numbers: dict[int, int]) -> None:
         self.graph = graph
         self.numbers = numbers
-        self.fastmath = fastmath
         self.prologue: list[str] = []
         self.lines: list[str] = []
         self.indent = 1
@@ -327,7 +134,7 @@ class FunctionEmitter:
         if s.fresh and s.name not in returned:
             returned.add(s.name)
             return s.name
-        return f"{s.name}.copy()"
+        return f"{s.array}.copy()"
 
     def bind_consts(self, g: Graph, scope: Scope) -> None:
         for v, arr in g.consts.items():
@@ -343,7 +150,7 @@ class FunctionEmitter:
         """The value as an array expression (uniform constants are materialised)."""
         s = scope.get(v)
         if s.kind == "array":
-            return s.name
+            return s.array
         if s.kind == "literal":
             n = self.fresh_name(f"k{self.num(v)}")
             self.prologue.append(f"{n} = np.full({v.shape!r}, {s.name}, {np_type(v.dtype)})")
@@ -353,15 +160,16 @@ class FunctionEmitter:
 
     # -------------------------------------------------------------- one scope
     def emit_graph(self, g: Graph, scope: Scope, outputs: Sequence[Var]) -> None:
+        opaque = sum(1 for n in g.nodes if n.op == LOOP or not (
+            fusion.is_elementwise(n) or fusion.is_reduction(n)))
+        if self.groups_total + opaque > MAX_GROUPS:  # known before planning (which is
+            self.groups_total += opaque               # slow for an unrolled trace)
+            self.too_large(len(g.nodes))
         plan = fusion.plan(g, outputs)
         groups = plan.groups
         self.groups_total += len(groups)
         if self.groups_total > MAX_GROUPS:
-            raise Tier2Unsupported(
-                f"the graph needs more than {MAX_GROUPS} separate loop nests after fusion "
-                f"({len(self.graph.nodes)} top-level nodes); generated code that large "
-                "compiles too slowly (write long Python loops with nbgrad.fori_loop or "
-                "nbgrad.scan, or let the tracer re-roll them)")
+            self.too_large(len(g.nodes))
         last: dict[int, int] = {}
         for gi, grp in enumerate(groups):
             for v in grp.reads():
@@ -385,12 +193,26 @@ class FunctionEmitter:
             if s is not None and s.slot is not None and scope.pool.owns(s.slot):
                 scope.pool.pinned.add(s.slot)
 
+    def too_large(self, nodes: int) -> None:
+        raise Tier2Unsupported(
+            f"the graph needs more than {MAX_GROUPS} separate loop nests after fusion "
+            f"({nodes} nodes in one scope); generated code that large compiles too "
+            "slowly (write long Python loops with nbgrad.fori_loop or nbgrad.scan, or let "
+            "the tracer re-roll them)")
+
     def release(self, v: Var, scope: Scope) -> None:
         s = scope.stores.get(id(v))
         if s is not None and s.slot is not None:
             scope.pool.release(s.slot, v)
 
     def store_array(self, v: Var, scope: Scope, zero: bool = False) -> Store:
+        dest = scope.dest.pop(id(v), None)
+        if dest is not None:
+            if zero:
+                self.line(f"{dest}.fill(0)")
+            s = Store(dest, "array", v.shape, v.dtype)
+            scope.stores[id(v)] = s
+            return s
         slot = scope.pool.alloc(v, f"v{self.num(v)}", zero)
         s = Store(slot, "array", v.shape, v.dtype, slot=slot, fresh=True)
         scope.stores[id(v)] = s
@@ -434,14 +256,11 @@ class FunctionEmitter:
                 other_reads.add(id(v))
             used = [d for d in acc.dims if d is not None]
             d = (max(used) + 1) if used else 0
-            if nd == 0:
-                index = "[()]"
-            else:
-                index = "[" + ", ".join("0" if x is None else f"i{x}" for x in acc.dims) + "]"
+            element = s.ref([acc.index(k) for k in range(len(acc.dims))])
             name = self.fresh_name(f"x{self.num(v)}" + ("" if acc.is_identity(shape)
                                                         else f"_{len(loads)}"))
             loads[key] = (name, d)
-            code[d].append(f"{name} = {s.name}{index}")
+            code[d].append(f"{name} = {element}")
             return name, d, v.dtype
 
         # the elementwise nodes, each at the outermost depth its operands allow
@@ -469,14 +288,17 @@ class FunctionEmitter:
             self.emit_reduction(red, grp, scope, inside, code, pre, post)
 
         # in-place: inputs read only element by element that die here give their buffer
+        # (only when element k of the value is element k of the buffer: not through a
+        # transposed view, not a row of a stack)
         stores = [v for v in grp.stores if nd > 0]
         for var in grp.reads():
             vid = id(var)
             if vid not in identity_reads or vid in other_reads or last.get(vid) != gi:
                 continue
             s = scope.stores[vid]
-            if s.slot is not None and scope.pool.owns(s.slot) and \
-                    scope.pool.refs.get(s.slot) == {vid} and s.slot not in scope.pool.pinned:
+            if s.slot is not None and scope.pool.owns(s.slot) and s.layout == "C" and \
+                    not s.prefix and scope.pool.refs.get(s.slot) == {vid} and \
+                    s.slot not in scope.pool.pinned:
                 scope.pool.release(s.slot, var)
         for v in stores:
             s = self.store_array(v, scope)
@@ -568,147 +390,11 @@ class FunctionEmitter:
             self.emit_transpose(node, scope)
         elif node.op in MATMULS and self.matmul_ok(node):
             self.emit_matmul(node, scope)
+        elif node.op == "index_backward" and fusion.basic_index_map(
+                tuple(node.attrs["sizes"]), node.attrs["indices"], node.inputs[0].ndim):
+            self.emit_index_backward(node, scope)
         else:
             self.emit_fallback(node, scope)
-
-    def emit_view(self, node: Node, scope: Scope) -> None:
-        x, out = node.inputs[0], node.outputs[0]
-        s = scope.get(x)
-        self.line(f"# {self.comment_node(node)}")
-        if s.kind == "literal":
-            scope.stores[id(out)] = Store(s.name, "literal", out.shape, out.dtype)
-            return
-        if out.shape == ():
-            o = self.define_scalar(out, scope)
-            if s.kind == "scalar":
-                self.line(f"{o.name} = {s.name}")
-            else:
-                self.line(f"{o.name} = {s.name}[{', '.join(['0'] * len(x.shape))}]")
-            return
-        if s.kind == "scalar":
-            slot = self.store_array(out, scope)
-            self.line(f"{slot.name}.fill({s.name})")
-            return
-        name = self.fresh_name(f"v{self.num(out)}")
-        src = s.name if s.layout == "C" else f"np.ascontiguousarray({s.name})"
-        self.line(f"{name} = {src}.reshape({out.shape!r})")
-        if s.layout == "C":
-            scope.stores[id(out)] = Store(name, "array", out.shape, out.dtype, slot=s.slot)
-            if scope.pool.owns(s.slot):
-                scope.pool.add_ref(s.slot, out)
-        else:
-            scope.stores[id(out)] = Store(name, "array", out.shape, out.dtype)
-
-    def emit_transpose(self, node: Node, scope: Scope) -> None:
-        x, out = node.inputs[0], node.outputs[0]
-        s = scope.get(x)
-        nd = len(x.shape)
-        if node.op == "transpose":
-            perm = list(range(nd))
-            if nd:
-                d0, d1 = node.attrs["dim0"] % nd, node.attrs["dim1"] % nd
-                perm[d0], perm[d1] = perm[d1], perm[d0]
-        else:
-            perm = [d % nd for d in node.attrs["dims"]] if nd else []
-        self.line(f"# {self.comment_node(node)}")
-        if s.kind != "array" or perm == list(range(nd)):
-            scope.stores[id(out)] = Store(s.name, s.kind, out.shape, out.dtype, slot=s.slot,
-                                          layout=s.layout)
-            if s.kind == "array" and scope.pool.owns(s.slot):
-                scope.pool.add_ref(s.slot, out)
-            return
-        name = self.fresh_name(f"v{self.num(out)}")
-        if nd == 2:
-            self.line(f"{name} = {s.name}.T")
-            layout = {"C": "F", "F": "C"}.get(s.layout, "A")
-        else:
-            self.line(f"{name} = np.transpose({s.name}, {tuple(perm)!r})")
-            layout = "A"
-        scope.stores[id(out)] = Store(name, "array", out.shape, out.dtype, slot=s.slot,
-                                      layout=layout)
-        if scope.pool.owns(s.slot):
-            scope.pool.add_ref(s.slot, out)
-
-    # matrix products
-    def matmul_ok(self, node: Node) -> bool:
-        a, b = node.inputs
-        return (a is not None and b is not None and 1 <= a.ndim <= 2 and 1 <= b.ndim <= 2
-                and a.dtype.kind == "f" and a.dtype == b.dtype)
-
-    def emit_matmul(self, node: Node, scope: Scope) -> None:
-        a, b = node.inputs
-        out = node.outputs[0]
-        A, B = self.array_of(a, scope), self.array_of(b, scope)
-        sa, sb = scope.get(a), scope.get(b)
-        m = a.shape[0] if a.ndim == 2 else 1
-        k = a.shape[-1]
-        n = b.shape[1] if b.ndim == 2 else 1
-        self.line(f"# {self.comment_node(node)}")
-        zero = literal(0, out.dtype)
-        if out.shape == ():
-            o = self.define_scalar(out, scope)
-            self.line(f"{o.name} = {zero}")
-            self.line(f"for q in range({k}):")
-            self.line(f"{o.name} += {A}[q] * {B}[q]", 1)
-            return
-        acc = self.fresh_name(f"acc{self.num(out)}")
-        if m * k * n > SMALL_MATMUL and k > 0:
-            A = A if sa.layout in "CF" else f"np.ascontiguousarray({A})"
-            B = B if sb.layout in "CF" else f"np.ascontiguousarray({B})"
-            s = self.store_array(out, scope)
-            self.line(f"np.dot({A}, {B}, {s.name})")
-            return
-        s = self.store_array(out, scope)
-        o = s.name
-        if a.ndim == 2 and b.ndim == 1:
-            self.line(f"for i in range({m}):")
-            self.line(f"{acc} = {zero}", 1)
-            self.line(f"for q in range({k}):", 1)
-            self.line(f"{acc} += {A}[i, q] * {B}[q]", 2)
-            self.line(f"{o}[i] = {acc}", 1)
-        elif a.ndim == 1:
-            self.line(f"{o}.fill(0)")
-            self.line(f"for q in range({k}):")
-            self.line(f"{acc} = {A}[q]", 1)
-            self.line(f"for j in range({n}):", 1)
-            self.line(f"{o}[j] += {acc} * {B}[q, j]", 2)
-        else:
-            self.line(f"for i in range({m}):")
-            self.line(f"for j in range({n}):", 1)
-            self.line(f"{o}[i, j] = {zero}", 2)
-            self.line(f"for q in range({k}):", 1)
-            self.line(f"{acc} = {A}[i, q]", 2)
-            self.line(f"for j in range({n}):", 2)
-            self.line(f"{o}[i, j] += {acc} * {B}[q, j]", 3)
-
-    # fallback through objmode
-    def emit_fallback(self, node: Node, scope: Scope) -> None:
-        for v in list(node.inputs) + list(node.outputs):
-            if v is not None and v.dtype.kind not in "biuf":
-                raise Tier2Unsupported(f"{node.op}: dtype {v.dtype} is not supported by tier 2")
-        key = len(self.fallbacks)
-        self.fallbacks.append((key, node))
-        args = []
-        for v in node.inputs:
-            if v is None:
-                continue
-            s = scope.get(v)
-            args.append(s.name)
-        names = [self.fresh_name(f"v{self.num(v)}" + ("_" if v.shape == () else ""))
-                 for v in node.outputs]
-        types = ", ".join(f"{n}='{objmode_type(v.dtype, max(v.ndim, 1))}'"
-                          for n, v in zip(names, node.outputs, strict=True))
-        self.line(f"# {self.comment_node(node)}  [eager kernel, through objmode]")
-        self.line(f"with objmode({types}):")
-        call = f"_fallback({key}" + "".join(f", {a}" for a in args) + ")"
-        lhs = ", ".join(names) + ("," if len(names) == 1 else "")
-        self.line(f"{lhs} = {call}", 1)
-        for n, v in zip(names, node.outputs, strict=True):
-            if v.shape == ():
-                s = self.define_scalar(v, scope)
-                self.line(f"{s.name} = {n}[0]")
-            else:
-                scope.stores[id(v)] = Store(n, "array", v.shape, v.dtype, fresh=True)
 
     # -------------------------------------------------------------- loops
     def emit_loop(self, node: Node, scope: Scope) -> None:
@@ -737,7 +423,7 @@ class FunctionEmitter:
                 if si.kind == "literal":
                     self.line(f"{s.name}.fill({si.name})")
                 else:
-                    self.copy(s.name, "", si.name, fin.shape)
+                    self.copy(s.name, "", si, fin.shape)
             carry_names.append(s.name)
             inner.stores[id(c)] = Store(s.name, s.kind, c.shape, c.dtype)
         # ys stacks: rows never written stay zero
@@ -746,7 +432,7 @@ class FunctionEmitter:
             self.store_array(y, scope, zero=not covered)
         for v, outer in zip(inv, invs, strict=True):
             so = scope.get(outer)
-            inner.stores[id(v)] = Store(so.name, so.kind, so.shape, so.dtype, layout=so.layout)
+            inner.stores[id(v)] = dataclasses.replace(so, slot=None, fresh=False)
         self.bind_consts(body, inner)
         self.line(f"for {j} in range({info.count}):")
         self.indent += 1
@@ -756,43 +442,62 @@ class FunctionEmitter:
             start, step = info.index
             self.line(f"{s.name} = {_affine(start, step, j)}")
         for x, stack, (start, step) in zip(xs, stacks, info.xs_index, strict=True):
+            self.array_of(stack, scope)  # a constant stack becomes an array
             st = scope.get(stack)
-            stack_name = self.array_of(stack, scope)
             row = _affine(start, step, j)
             if x.shape == ():
                 s = self.define_scalar(x, inner)
-                self.line(f"{s.name} = {stack_name}[{row}]")
+                self.line(f"{s.name} = {st.ref([row])}")
+            elif st.dim_map is None:  # the row is read in place (no view object per step)
+                inner.stores[id(x)] = Store(
+                    st.name, "array", x.shape, x.dtype, layout="C" if st.layout == "C" else "A",
+                    prefix=st.prefix + (row,), view_expr=f"{st.array}[{row}]")
             else:
                 name = self.fresh_name(f"v{self.num(x)}")
-                self.line(f"{name} = {stack_name}[{row}]")
+                self.line(f"{name} = {st.array}[{row}]")
                 inner.stores[id(x)] = Store(name, "array", x.shape, x.dtype,
                                             layout="C" if st.layout == "C" else "A")
         outs = list(body.outputs)
+        # ys rows computed in the body are written straight into their stack
+        defined = {id(v) for n in body.nodes for v in n.outputs}
+        rows: dict[int, str] = {}
+        for y, yv, (start, step, _) in zip(ys, outs[nc:], info.ys_index, strict=True):
+            if yv.shape and id(yv) in defined and outs.count(yv) == 1:
+                rv = self.fresh_name(f"row{self.num(y)}")
+                self.line(f"{rv} = {scope.get(y).name}[{_affine(start, step, j)}]")
+                inner.dest[id(yv)] = rows[id(yv)] = rv
         self.emit_graph(body, inner, outs)
+        inner.dest.clear()
         new = outs[:nc]
         for y, yv, (start, step, _) in zip(ys, outs[nc:], info.ys_index, strict=True):
             sy = inner.get(yv)
             row = _affine(start, step, j)
+            if sy.name == rows.get(id(yv)):
+                continue
             if sy.kind == "array":
-                self.copy(scope.get(y).name, f"{row}, " if yv.shape else row, sy.name, yv.shape)
+                self.copy(scope.get(y).name, f"{row}, " if yv.shape else row, sy, yv.shape)
             else:
                 self.line(f"{scope.get(y).name}[{row}] = {sy.name}")
         self.update_carries(new, carry_names, inner)
         self.loop_depth -= 1
         self.indent -= 1
 
-    def copy(self, dst: str, prefix: str, src: str, shape: tuple[int, ...]) -> None:
+    def copy(self, dst: str, prefix: str, src: Store, shape: tuple[int, ...]) -> None:
         """``dst[prefix ...] = src`` element by element (Numba compiles an array-valued
         setitem slowly: seconds per statement)."""
+        if src.kind == "literal":
+            self.line(f"{dst}[{prefix.rstrip(', ')}] = {src.name}" if prefix else
+                      f"{dst}.fill({src.name})")
+            return
+        value = src.name if src.kind == "scalar" else None
         if not shape:
-            self.line(f"{dst}[{prefix.rstrip(', ')}] = {src}[()]" if prefix else
-                      f"{dst}[()] = {src}[()]")
+            self.line(f"{dst}[{prefix.rstrip(', ') or '()'}] = {value or src.ref([])}")
             return
         nd = len(shape)
         for d, n in enumerate(shape):
             self.line(f"for c{d} in range({n}):", d)
-        idx = ", ".join(f"c{d}" for d in range(nd))
-        self.line(f"{dst}[{prefix}{idx}] = {src}[{idx}]", nd)
+        idx = [f"c{d}" for d in range(nd)]
+        self.line(f"{dst}[{prefix}{', '.join(idx)}] = {value or src.ref(idx)}", nd)
 
     def update_carries(self, new: list[Var], carry_names: list[str], inner: Scope) -> None:
         scalars: list[tuple[str, str]] = []
@@ -819,39 +524,14 @@ class FunctionEmitter:
         for c, s in copies:
             if s.kind != "literal" and s.name in cset:
                 tmp = self.fresh_name("old")
-                self.line(f"{tmp} = {s.name}.copy()")
+                self.line(f"{tmp} = {s.array}.copy()")
                 staged.append((c, Store(tmp, "array", s.shape, s.dtype)))
             else:
                 staged.append((c, s))
         for c, s in staged:
-            if s.kind == "literal":
-                self.line(f"{c}.fill({s.name})")
-            else:
-                self.copy(c, "", s.name, s.shape)
+            self.copy(c, "", s, s.shape)
         for c, src in swaps:
             self.line(f"{c}, {src} = {src}, {c}")
         if scalars:
             self.line(", ".join(c for c, _ in scalars) + " = " +
                       ", ".join(s for _, s in scalars) + ("," if len(scalars) == 1 else ""))
-
-
-def _affine(start: int, step: int, j: str) -> str:
-    if step == 0:
-        return str(start)
-    term = j if step == 1 else (f"-{j}" if step == -1 else f"{step} * {j}")
-    if start == 0:
-        return term
-    if term.startswith("-"):
-        return f"{start} - {term[1:]}"
-    return f"{start} + {term}"
-
-
-def _short(value) -> str:
-    if isinstance(value, np.dtype):
-        return value.name
-    if isinstance(value, type) and issubclass(value, np.generic):
-        return np.dtype(value).name
-    if isinstance(value, Graph):
-        return "<graph>"
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."

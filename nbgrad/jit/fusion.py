@@ -39,11 +39,62 @@ REDUCTIONS = frozenset({"sum", "mean", "sum_to"})
 
 def is_elementwise(node: Node) -> bool:
     """Whether ``node`` computes each output element from the same element of its inputs
-    (after broadcasting)."""
+    (after broadcasting), or from one element chosen by a basic index."""
     op = node.op
     if op in ew.UNARY or op in ew.BINARY or op in ew.TERNARY:
         return len(node.outputs) == 1
+    if op == "index":
+        return basic_index_access(node) is not None
     return op in EXTRA_ELEMENTWISE
+
+
+def basic_index_access(node: Node) -> Access | None:
+    """The access of ``x[index]`` when the index has only ints, slices, None and ``...``."""
+    x = node.inputs[0]
+    if x is None:
+        return None
+    found = basic_index_map(x.shape, node.attrs.get("indices"), node.outputs[0].ndim)
+    return None if found is None else Access(x, *found)
+
+
+def basic_index_map(shape: tuple[int, ...], idx, out_ndim: int):
+    """``(dims, offsets)`` of :class:`Access` for ``array_of_shape[idx]`` (a basic index
+    giving ``out_ndim`` dimensions), or None for any other index."""
+    ndim = len(shape)
+    if not isinstance(idx, tuple) or not all(
+            i is None or i is Ellipsis or isinstance(i, slice)
+            or (isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)))
+            for i in idx):
+        return None
+    consumed = sum(1 for i in idx if i is not None and i is not Ellipsis)
+    if consumed > ndim or sum(1 for i in idx if i is Ellipsis) > 1:
+        return None
+    items: list = []
+    for i in idx:
+        items += [slice(None)] * (ndim - consumed) if i is Ellipsis else [i]
+    items += [slice(None)] * (ndim - sum(1 for i in items if i is not None))
+    dims: list[int | None] = []
+    offsets: list[tuple[int, int]] = []
+    out_dim = 0
+    for it in items:
+        if it is None:
+            out_dim += 1
+            continue
+        size = shape[len(dims)]
+        if isinstance(it, slice):
+            start, _, step = it.indices(size)
+            dims.append(out_dim)
+            offsets.append((start, step))
+            out_dim += 1
+        else:
+            i = int(it) + size if int(it) < 0 else int(it)
+            if not 0 <= i < size:
+                return None
+            dims.append(None)
+            offsets.append((i, 0))
+    if out_dim != out_ndim:
+        return None
+    return tuple(dims), tuple(offsets)
 
 
 def is_reduction(node: Node) -> bool:
@@ -53,13 +104,30 @@ def is_reduction(node: Node) -> bool:
 @dataclass(frozen=True)
 class Access:
     """How a region reads an operand: ``dims[k]`` is the iteration dimension indexing the
-    operand's dimension ``k``, or ``None`` for a broadcast dimension (index 0)."""
+    operand's dimension ``k``, or ``None`` for a broadcast dimension (index 0).
+
+    ``offsets[k] = (start, step)`` makes the index ``start + step * i`` (a basic slice),
+    or the constant ``start`` where ``dims[k]`` is None (an integer index).
+    """
 
     var: Var
     dims: tuple[int | None, ...]
+    offsets: tuple[tuple[int, int], ...] | None = None
 
     def is_identity(self, shape: tuple[int, ...]) -> bool:
-        return self.var.shape == shape and self.dims == tuple(range(len(shape)))
+        return self.var.shape == shape and self.dims == tuple(range(len(shape))) and \
+            self.offsets is None
+
+    def index(self, k: int) -> str:
+        """The index expression of operand dimension ``k`` (loop variables ``i0, i1...``)."""
+        d = self.dims[k]
+        start, step = self.offsets[k] if self.offsets is not None else (0, 1)
+        if d is None:
+            return str(start)
+        if (start, step) == (0, 1):
+            return f"i{d}"
+        term = f"i{d}" if step == 1 else f"{step} * i{d}"
+        return term if start == 0 else f"{start} + {term}"
 
 
 def broadcast_access(var: Var, shape: tuple[int, ...]) -> Access:
@@ -88,6 +156,8 @@ def operand_accesses(node: Node) -> list[Access]:
     out = node.outputs[0].shape
     if node.op in SHAPE_ONLY:
         return []
+    if node.op == "index":
+        return [basic_index_access(node)]
     if node.op == "sum_backward":
         g = node.inputs[0]
         dims = reduced_dims(node.attrs.get("dim"), len(out))

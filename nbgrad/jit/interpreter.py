@@ -35,9 +35,12 @@ WIDTH = 16
  F_H) = range(WIDTH)
 
 #: unary ops with a dedicated loop (the rest use the generic one)
-HOT_UNARY = ("neg", "exp", "tanh")
-#: binary ops with dedicated loops (three operand modes each)
+HOT_UNARY = ("tanh",)
+#: binary ops with dedicated loops for two operand modes: both vectors, or a vector and
+#: a scalar second operand (the lowering swaps commutative operands; other patterns use
+#: the generic loop)
 HOT_BINARY = ("add", "sub", "mul", "div")
+COMMUTATIVE = frozenset({"add", "mul"})
 #: elementwise ops left out of the interpreter (their code is large and slow to
 #: compile); graphs using them run them as eager steps between native segments
 COLD = frozenset({"digamma", "polygamma", "lgamma", "gelu"})
@@ -80,8 +83,6 @@ OP_NAMES = {OP_LOOP: "LOOP", OP_ENDLOOP: "ENDLOOP", OP_SETITER: "SETITER", OP_FI
 OP_NAMES.update({code: name.upper() for name, code in UNARY_CODE.items()})
 OP_NAMES.update({code: name.upper() for name, code in BINARY_CODE.items()})
 
-#: matrix products with more multiply-adds than this call BLAS (np.dot)
-SMALL_MATMUL = 4096
 MAX_DEPTH = 32  # loop nesting
 
 #: the eager kernels' prelude: the same imports and Numba options
@@ -161,24 +162,17 @@ _UNARY_HOT = '''        elif op == {code}:  # {name}
 _BINARY_HOT = '''        elif op == {code}:  # {name}
             for r in range(m):
                 out = buf[oo + r * n:oo + r * n + n]
+                av = buf[oa + r * g:oa + r * g + n]
                 if f == 0:
-                    av = buf[oa + r * g:oa + r * g + n]
                     bv = buf[ob + r * h:ob + r * h + n]
                     for i in range(n):
                         a = av[i]
                         b = bv[i]
                         out[i] = {expr}
-                elif f == 1:
-                    av = buf[oa + r * g:oa + r * g + n]
+                else:
                     b = buf[ob + r * h]
                     for i in range(n):
                         a = av[i]
-                        out[i] = {expr}
-                else:
-                    a = buf[oa + r * g]
-                    bv = buf[ob + r * h:ob + r * h + n]
-                    for i in range(n):
-                        b = bv[i]
                         out[i] = {expr}
 '''
 
@@ -215,9 +209,15 @@ _RUN_BODY = '''        elif op == {UGEN}:
             for i in range(n):
                 out[i] = tscalar(k, buf[oc + i * sc_], buf[oa + i * sa_], buf[ob + i * sb_])
         elif op == {FILL}:
-            buf[oo:oo + n] = fp[pp]
+            out = buf[oo:oo + n]
+            v = fp[pp]
+            for i in range(n):
+                out[i] = v
         elif op == {COPY}:
-            buf[oo:oo + n] = buf[oa:oa + n]
+            out = buf[oo:oo + n]
+            xs = buf[oa:oa + n]
+            for i in range(n):
+                out[i] = xs[i]
         elif op == {SETITER}:
             buf[oo] = n + m * it
         elif op == {SUM}:
@@ -234,7 +234,8 @@ _RUN_BODY = '''        elif op == {UGEN}:
             else:
                 acc = np.zeros(k, np.float64)
                 for a_ in range(n):
-                    acc[:] = 0.0
+                    for j in range(k):
+                        acc[j] = 0.0
                     for r in range(m):
                         row = buf[oa + (a_ * m + r) * k:oa + (a_ * m + r + 1) * k]
                         for j in range(k):
@@ -248,8 +249,8 @@ _RUN_BODY = '''        elif op == {UGEN}:
         elif op == {MATMUL}:
             # C[n, m] = A[n, k] @ B[k, m], g batches; A is read with strides (ia[pp + 2],
             # ia[pp + 3]) over (i, t) and B with (ia[pp + 4], ia[pp + 5]) over (t, j), so
-            # transposed operands need no copy; batch strides ia[pp], ia[pp + 1].
-            # f == 1: both plain row-major and large enough for BLAS (np.dot)
+            # a transposed A needs no copy for a matrix-vector product; batch strides
+            # ia[pp], ia[pp + 1]. f == 1: both operands plain row-major: np.dot
             sa_ = ia[pp]
             sb_ = ia[pp + 1]
             ai = ia[pp + 2]
@@ -264,14 +265,26 @@ _RUN_BODY = '''        elif op == {UGEN}:
                     np.dot(buf[a0:a0 + n * k].reshape((n, k)),
                            buf[b0:b0 + k * m].reshape((k, m)),
                            buf[c0:c0 + n * m].reshape((n, m)))
-                else:
-                    cv = buf[c0:c0 + n * m]
+                elif m == 1 and at == 1 and bt == 1:
+                    # matrix-vector, rows of A contiguous
+                    xv = buf[b0:b0 + k]
+                    cv = buf[c0:c0 + n]
                     for i in range(n):
-                        for j in range(m):
-                            s = 0.0
-                            for t in range(k):
-                                s += buf[a0 + i * ai + t * at] * buf[b0 + t * bt + j * bj]
-                            cv[i * m + j] = s
+                        row = buf[a0 + i * ai:a0 + i * ai + k]
+                        s = 0.0
+                        for t in range(k):
+                            s += row[t] * xv[t]
+                        cv[i] = s
+                elif m == 1 and ai == 1 and bt == 1:
+                    # transposed matrix-vector: A stored (k, n)
+                    cv = buf[c0:c0 + n]
+                    for i in range(n):
+                        cv[i] = 0.0
+                    for t in range(k):
+                        row = buf[a0 + t * at:a0 + t * at + n]
+                        xt = buf[b0 + t]
+                        for i in range(n):
+                            cv[i] += row[i] * xt
         elif op == {STRIDED}:
             # out (contiguous) <- a read with 4-d shape ia[pp:pp+4], strides ia[pp+4:pp+8]
             s0 = ia[pp]
@@ -289,7 +302,9 @@ _RUN_BODY = '''        elif op == {UGEN}:
                         src = oa + i0 * t0 + i1 * t1 + i2 * t2
                         out = buf[q:q + s3]
                         if t3 == 1:
-                            out[:] = buf[src:src + s3]
+                            xs = buf[src:src + s3]
+                            for j in range(s3):
+                                out[j] = xs[j]
                         else:
                             for j in range(s3):
                                 out[j] = buf[src + j * t3]
@@ -300,13 +315,20 @@ _RUN_BODY = '''        elif op == {UGEN}:
             for i in range(n):
                 out[i] = buf[oa + pos[i]]
         elif op == {SCATTER_ADD}:
-            # zero m elements of out (f == 1), then out[pos[i]] += a[i]
-            if f == 1:
-                buf[oo:oo + m] = 0.0
+            # f & 1: zero m elements of out first; then out[pos[i]] += a[i], or
+            # out[pos[i]] = a[i] when f & 2
+            if f & 1:
+                out = buf[oo:oo + m]
+                for i in range(m):
+                    out[i] = 0.0
             pos = ia[pp:pp + n]
             src = buf[oa:oa + n]
-            for i in range(n):
-                buf[oo + pos[i]] += src[i]
+            if f & 2:
+                for i in range(n):
+                    buf[oo + pos[i]] = src[i]
+            else:
+                for i in range(n):
+                    buf[oo + pos[i]] += src[i]
         else:
             raise ValueError("nbgrad.jit: bad opcode in tape")
 '''

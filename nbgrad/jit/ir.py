@@ -24,6 +24,16 @@ Nodes
       Python loops all become one): a generalised scan with affine indexing. See
       :class:`LoopInfo` for its attributes. Its ``attrs["body"]`` is a sub-graph.
 
+    - Custom ``autograd.Function`` calls: ``op == "PythonOp"`` (inputs the Function's
+      tensor arguments; outputs an int64 context handle, then its outputs) and
+      ``"PythonOpGrad"`` (inputs the handle, the output gradients or ``None``, the
+      forward outputs; outputs the input gradients) call the user's Python code, with
+      ONNX Runtime's attributes (:mod:`nbgrad.jit.pythonop`); ``"Function"`` is a
+      Function that compiles, its forward a sub-graph in ``attrs["#forward"]`` that is
+      inlined before lowering, and ``"OnceDifferentiable"`` an identity marker on the
+      results of a ``once_differentiable`` backward (:mod:`nbgrad.jit.function_trace`).
+      Their semantics are their ``replay`` in :mod:`nbgrad.jit.pythonop`.
+
 Loops
     ``inputs = carry inits + xs stacks + invariants``; ``outputs = final carries + ys
     stacks``. Iteration ``j`` (``j = 0 .. count-1``) runs ``body`` on
@@ -54,6 +64,15 @@ import numpy as np
 from ..errors import TracerError
 
 LOOP = "loop"
+#: custom ``autograd.Function`` nodes (see :mod:`nbgrad.jit.pythonop` and
+#: :mod:`nbgrad.jit.function_trace`)
+PYTHON_OP = "PythonOp"
+PYTHON_OP_GRAD = "PythonOpGrad"
+FUNCTION = "Function"
+ONCE_DIFFERENTIABLE = "OnceDifferentiable"
+CUSTOM_KINDS = frozenset({PYTHON_OP, PYTHON_OP_GRAD, FUNCTION, ONCE_DIFFERENTIABLE})
+#: nodes that call Python code with side effects: never evaluated at graph-build time
+IMPURE = frozenset({PYTHON_OP, PYTHON_OP_GRAD})
 
 
 class Var:
@@ -309,6 +328,9 @@ def check(graph: Graph, *, _defined: set | None = None) -> None:
                                   "or nowhere")
         if node.op == LOOP:
             _check_loop(node, where)
+        elif node.op in CUSTOM_KINDS:
+            from .pythonop import check_node
+            check_node(node, where)
         else:
             op = REGISTRY.get(node.op)
             if op is None or op.entry is None:
@@ -356,7 +378,8 @@ def _check_loop(node: Node, where: str) -> None:
                 and c.dtype == init.dtype == new.dtype == out.dtype):
             raise TracerError(f"ill-formed graph: {where}: a carry changes type "
                               f"({type_str(init)} -> {type_str(new)})")
-    for x, stack, (start, step) in zip(xs, node.inputs[info.n_carry:], info.xs_index,
+    for x, stack, (start, step) in zip(xs, node.inputs[info.n_carry:info.n_carry + info.n_xs],
+                                       info.xs_index,
                                        strict=True):
         if stack.shape[1:] != x.shape or stack.dtype != x.dtype or not stack.shape:
             raise TracerError(f"ill-formed graph: {where}: xs stack {type_str(stack)} does "

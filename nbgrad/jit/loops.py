@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ..autograd.node import RETAIN_GRAPH_MESSAGE, Node as AutogradNode
-from ..autograd.node import SavedOutput, SavedTensor, gradient_edge
+from ..autograd.node import RETAIN_GRAPH_MESSAGE, SavedOutput, SavedTensor, gradient_edge
+from ..autograd.node import Node as AutogradNode
 from ..errors import TracerError
 from ..grad_mode import STATE, no_grad
 from ..tensor import STATE_TRACE, Tensor
@@ -247,12 +247,15 @@ def execute_loop(info: LoopInfo, arrays: Sequence[np.ndarray]) -> list[np.ndarra
 
 def execute_loop_eager(info: LoopInfo, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     """The reference semantics of a loop node: replay the body with eager ops."""
+    from .pythonop import run_owned
     from .reference import replay
     prev = STATE_TRACE.tracer
     STATE_TRACE.tracer = None
     try:
         with no_grad():
-            return _loop_eager(info, [np.asarray(a) for a in arrays], replay)
+            # PythonOp contexts made by the body are owned by the outputs (pythonop.run_owned)
+            return run_owned(info.body, lambda: _loop_eager(
+                info, [np.asarray(a) for a in arrays], replay))
     finally:
         STATE_TRACE.tracer = prev
 
@@ -405,6 +408,39 @@ def _build_plan(info: LoopInfo, rg: tuple[bool, ...], example: list[np.ndarray])
     j_xs = j_inputs[off + nc:off + nc + nx]
     j_inv = j_inputs[off + nc + nx:]
     pos = {id(v): i for i, v in enumerate(j_inputs)}
+    # values that depend only on loop invariants are recomputed by the backward body
+    # (and hoisted out of it), not stacked per step
+    variant = {id(v) for v in j_inputs[:off + nc + nx]}
+    for node in pnodes:
+        if any(v is not None and id(v) in variant for v in node.inputs):
+            variant.update(id(v) for v in node.outputs)
+    producer = {id(o): n for n in pnodes for o in n.outputs}
+    recompute: list[Node] = []
+    seen_nodes: set[int] = set()
+    extra_needed: list[Var] = []
+
+    def pull(v: Var) -> None:
+        node = producer.get(id(v))
+        if node is None or id(node) in seen_nodes:
+            if node is None and id(v) in pos and v not in extra_needed:
+                extra_needed.append(v)
+            return
+        seen_nodes.add(id(node))
+        for u in node.inputs:
+            if u is not None:
+                pull(u)
+        recompute.append(node)
+
+    kept_needed = []
+    for v in needed:
+        if id(v) not in pos and id(v) not in variant:
+            pull(v)
+        else:
+            kept_needed.append(v)
+    order = {id(n): i for i, n in enumerate(pnodes)}
+    recompute.sort(key=lambda n: order[id(n)])
+    tnodes = recompute + tnodes
+    needed = kept_needed + [v for v in extra_needed if all(v is not u for u in kept_needed)]
     stacked: list[Var] = []   # per-step values the forward loop stacks for the backward
     xs_used: list[int] = []
     inv_used: list[int] = []

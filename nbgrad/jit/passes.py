@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .ir import LOOP, Graph, LoopInfo, Node, Var, _hash_value, make_loop
+from .ir import IMPURE, LOOP, Graph, LoopInfo, Node, Var, _hash_value, make_loop
 
 GraphPass = Callable[[Graph], Graph]
 
@@ -161,7 +161,7 @@ def fold_constants(graph: Graph) -> Graph:
     known = {id(v) for v in consts}
     nodes = []
     for node in graph.nodes:
-        if node.op != LOOP and (node.op in _SHAPE_ONLY or all(
+        if node.op != LOOP and node.op not in IMPURE and (node.op in _SHAPE_ONLY or all(
                 v is None or id(v) in known for v in node.inputs)):
             fake_ins = []
             for v in node.inputs:
@@ -209,7 +209,7 @@ def hoist_invariants(graph: Graph) -> Graph:
         idx, carry, xs, inv = info.body_inputs()
         outer_of = {id(b): o for b, o in zip(inv, node.inputs[info.n_carry + info.n_xs:],
                                              strict=True)}
-        for v, a in body.consts.items():
+        for v in body.consts:
             outer_of.setdefault(id(v), None)
         hoisted: list[Node] = []
         kept: list[Node] = []

@@ -52,21 +52,28 @@ def tier2():
 
 
 def build(graph: Graph, tier: str = "interpret") -> Executable:
-    """An executable of ``graph`` for ``tier`` ("interpret", "compile" or "reference")."""
+    """An executable of ``graph`` for ``tier`` ("interpret", "compile" or "reference").
+
+    Native custom Function nodes are inlined first; a graph with PythonOps gets an
+    executable that owns their context handles (:func:`nbgrad.jit.pythonop.owning`).
+    """
     global _TIER2_WARNED
+    from .function_trace import expand
+    from .pythonop import owning
+    graph = expand(graph)
     if tier == "reference":
-        return Executable(graph)
+        return owning(Executable(graph))
     if tier == "compile":
         gen = tier2()
         if gen is not None:
-            return gen.compile_graph(graph)
+            return owning(gen.compile_graph(graph))
         if not _TIER2_WARNED:
             _TIER2_WARNED = True
             warnings.warn("nbgrad.jit: tier-2 code generation is not available in this build; "
                           "mode='compile' runs the tier-1 interpreter", RuntimeWarning,
                           stacklevel=4)
     from .lowering import build_tape
-    return build_tape(graph)
+    return owning(build_tape(graph))
 
 
 def run_loop_native(info: LoopInfo, arrays: Sequence[np.ndarray]) -> list[np.ndarray] | None:

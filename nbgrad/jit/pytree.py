@@ -36,23 +36,24 @@ def flatten(tree: Any) -> tuple[list, Spec]:
 
 def unflatten(spec: Spec, leaves: Sequence) -> Any:
     """Rebuild the structure ``spec`` with ``leaves``."""
-    it = iter(leaves)
+    # a module-level helper, not a recursive closure: the closure's reference cycle kept
+    # the leaves (a jitted call's outputs) alive until the cyclic garbage collector ran
+    return _build(spec, iter(leaves))
 
-    def build(s: Spec) -> Any:
-        kind = s[0]
-        if kind == "leaf":
-            return next(it)
-        if kind == "none":
-            return None
-        if kind == "tuple":
-            return tuple(build(k) for k in s[1])
-        if kind == "namedtuple":
-            return s[1](*(build(k) for k in s[2]))
-        if kind == "list":
-            return [build(k) for k in s[1]]
-        return {key: build(k) for key, k in zip(s[1], s[2], strict=True)}
 
-    return build(spec)
+def _build(s: Spec, it) -> Any:
+    kind = s[0]
+    if kind == "leaf":
+        return next(it)
+    if kind == "none":
+        return None
+    if kind == "tuple":
+        return tuple(_build(k, it) for k in s[1])
+    if kind == "namedtuple":
+        return s[1](*(_build(k, it) for k in s[2]))
+    if kind == "list":
+        return [_build(k, it) for k in s[1]]
+    return {key: _build(k, it) for key, k in zip(s[1], s[2], strict=True)}
 
 
 def describe(spec: Spec) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..tensor import STATE_TRACE, Tensor
-from .ir import LOOP, Graph, LoopInfo, node_args
+from .ir import CUSTOM_KINDS, LOOP, Graph, LoopInfo, node_args
 
 
 def replay(graph: Graph, inputs: Sequence[Tensor]) -> list[Tensor]:
@@ -32,6 +32,9 @@ def replay(graph: Graph, inputs: Sequence[Tensor]) -> list[Tensor]:
         values = [None if v is None else env[id(v)] for v in node.inputs]
         if node.op == LOOP:
             outs = apply_loop(LoopInfo.of(node), values)
+        elif node.op in CUSTOM_KINDS:
+            from .pythonop import replay_node
+            outs = replay_node(node, values)
         else:
             out = apply(REGISTRY[node.op], node_args(node, values))
             outs = out if isinstance(out, (tuple, list)) else (out,)

@@ -227,14 +227,15 @@ class Tracer:
             "Python control flow (nbgrad.where, nbgrad.fori_loop, nbgrad.scan), or pass the "
             "value as a static argument (static_argnums)")
 
-    def wants_function(self, cls: type, args: tuple) -> bool:
-        return any(isinstance(a, Tensor) and self.is_traced(a) for a in args)
+    def wants_function(self, cls: type, args: tuple, kwargs: dict | None = None) -> bool:
+        """Whether ``cls.apply(*args)`` must be recorded (see :mod:`.function_trace`)."""
+        from .function_trace import wants_function
+        return wants_function(self, cls, args, kwargs)
 
     def trace_function(self, cls: type, args: tuple, kwargs: dict) -> Any:
-        raise TracerError(
-            f"{user_site()}: custom autograd.Function inside nbgrad.jit is not supported yet: "
-            f"{cls.__name__}.apply was called on traced tensors; call it outside the jitted "
-            "function, or write it with nbgrad ops")
+        """Record a custom Function: natively or as a PythonOp (:mod:`.function_trace`)."""
+        from .function_trace import trace_function
+        return trace_function(self, cls, args, kwargs)
 
     def alias(self, new: Tensor, old: Tensor) -> None:
         """``new`` holds a copy of ``old``'s value (used by the engine's ``.grad`` copies)."""

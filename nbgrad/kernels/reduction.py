@@ -247,7 +247,8 @@ def normalize_dims(dim, ndim: int, op: str) -> tuple[int, ...]:
             raise IndexError(f"{op}: dim {d} is out of range for a tensor of {ndim} "
                              f"dimension(s) (expected in [{lo}, {hi}])")
         if (d % ndim if ndim else 0) in out:
-            raise RuntimeError(f"{op}: dim {d} appears more than once in dims {dim!r}")
+            raise RuntimeError(f"{op}: dim {d % ndim if ndim else 0} appears more than once "
+                               f"in dims {dim!r}")
         out.add(d % ndim if ndim else 0)
     return tuple(sorted(out))
 

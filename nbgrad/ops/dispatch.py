@@ -28,6 +28,8 @@ def reset_caches() -> None:
 
 def _flat_tensors(op: OpDef, args: tuple) -> list[Tensor | None]:
     """The op's tensor inputs in order (lists flattened), ``None`` for absent optionals."""
+    if op.all_tensors:
+        return args
     if not op.has_lists:
         return [args[i] for i in op.tensor_pos]
     out: list[Tensor | None] = []
@@ -60,7 +62,7 @@ def _common_device(op: OpDef, flat: list) -> Device:
 
 def apply(op: OpDef, args: tuple):
     """Run ``op`` on ``args`` (table order; tensors already converted) and record it."""
-    flat = _flat_tensors(op, args)
+    flat = args if op.all_tensors else _flat_tensors(op, args)
     device = None
     any_grad = False
     for t in flat:
@@ -82,7 +84,8 @@ def apply(op: OpDef, args: tuple):
             call[i] = t._data
     for i in op.list_pos:
         call[i] = [t._data for t in call[i]]
-    out = op.kernel_for(device.type)(*call)
+    kernel = op.kernels.get(device.type)
+    out = (kernel if kernel is not None else op.kernel_for(device.type))(*call)
     single = not isinstance(out, (tuple, list))
     arrays = (out,) if single else tuple(out)
     base = args[op.view_of] if op.view_of is not None else None
@@ -179,14 +182,19 @@ def run_formulas(node: OpNode, grads: list) -> list:
             full.append(g)
     env["grads"] = full
     env["grad"] = full[0] if full else None
-    if "result" not in env and len(out_meta) == 1 and "result0" in env:
+    needs = op.formula_names
+    if "result" in needs and "result" not in env and "result0" in env:
         env["result"] = env["result0"]
-    env["grad_input_mask"] = [e is not None for e in node.next_edges]
+    if "grad_input_mask" in needs:
+        env["grad_input_mask"] = [e is not None for e in node.next_edges]
     formulas = op.entry.formulas
     edges = node.next_edges
     results: list = [None] * len(edges)
     for name, idx in node.input_slots.items():
-        if all(edges[s] is None for s in idx):
+        if len(idx) == 1:
+            if edges[idx[0]] is None:
+                continue
+        elif all(edges[s] is None for s in idx):
             continue
         formula = formulas[name]
         value = formula.func(*[env[n] for n in formula.arg_names])

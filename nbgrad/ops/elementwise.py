@@ -59,9 +59,15 @@ def _apply_binary(op, kind: str, self, other) -> Tensor:
 def _register_binary(spec: ew.ScalarOp):
     name, kind = spec.name, spec.kind
 
-    @kernel(name)
-    def binary_kernel(a, b):
-        return ew.run_binary(name, a, b, _out_dtype(kind, a.dtype))
+    run = ew.run_binary
+    if kind == "bool":
+        @kernel(name)
+        def binary_kernel(a, b):
+            return run(name, a, b, dtypes.bool_)
+    else:
+        @kernel(name)
+        def binary_kernel(a, b):
+            return run(name, a, b, a.dtype)
 
     op = get(name)
     if name in _EXPLICIT:

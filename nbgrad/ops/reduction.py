@@ -57,7 +57,11 @@ def _norm_dim_attr(dim):
         return None
     if isinstance(dim, (int, np.integer)):
         return int(dim)
-    return tuple(int(d) for d in dim)
+    dims = tuple(dim)
+    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
+               for d in dims):  # int(1.5) would silently reduce over dim 1
+        raise TypeError(f"dim must be an int or a tuple of ints, got {dim!r}")
+    return dims
 
 
 def _one_dim(dim, ndim: int, op: str) -> int:
@@ -189,7 +193,7 @@ def sum_to(self: Tensor, size) -> Tensor:
 def _sum_backward_kernel(g, sizes, dim, keepdim):
     sizes = tuple(sizes)
     dims = rk.normalize_dims(dim, len(sizes), "sum_backward")
-    if not keepdim:
+    if not keepdim and sizes:  # a 0-d input (dim 0 or -1) has no dim to restore
         g = np.expand_dims(g, dims) if dims else g
     return c_contiguous(np.broadcast_to(g, sizes))
 
@@ -464,7 +468,8 @@ def _norm_kernel(x, p, dim, keepdim, dtype):
     if dtype is not None and x.dtype != dtype:
         x = x.astype(dtype)
     dims = rk.normalize_dims(dim, x.ndim, "norm")
-    if math.isinf(p) and (x.size == 0 or builtins.any(x.shape[d] == 0 for d in dims)):
+    if math.isinf(p) and (x.size == 0 or builtins.any(x.shape[d] == 0 for d in dims
+                                                      if d < x.ndim)):  # 0-d: dims (0,)
         raise IndexError(f"norm: the infinity norm of a zero-size reduction is undefined "
                          f"(shape {x.shape}, dims {dims})")
     return _reduce(x, dims, keepdim, "norm", rk.norm_arb, float(p))

@@ -27,7 +27,7 @@ class OpDef:
     __slots__ = ("name", "entry", "kernels", "view_of", "fn", "tensor_pos", "list_pos",
                  "attr_pos", "params", "diff_pos", "save_plan", "save_outputs",
                  "out_diff", "differentiable", "has_lists", "list_names", "record_plan",
-                 "attr_names")
+                 "attr_names", "all_tensors", "formula_names")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -72,6 +72,10 @@ class OpDef:
                                  for i, p in enumerate(params)
                                  if p.is_tensor or p.is_tensor_list)
         self.attr_names = tuple((i, params[i].name) for i in self.attr_pos)
+        #: every name some formula of this op reads (run_formulas sets only these)
+        self.formula_names = frozenset(n for f in entry.formulas.values() for n in f.arg_names)
+        #: every parameter is a single tensor: the args tuple is the list of inputs
+        self.all_tensors = bool(params) and len(self.tensor_pos) == len(params)
 
 
 REGISTRY: dict[str, OpDef] = {}
@@ -153,15 +157,21 @@ def _check_function(op: OpDef, entry: Entry) -> None:
                          f"{names} differ from the table's {wanted}")
 
 
+def _is_tensor(value: object) -> bool:
+    from ..tensor import Tensor
+    return isinstance(value, Tensor)
+
+
 def bind_table(path=None) -> dict[str, Entry]:
     """Load the table and cross-check it against the registered kernels and functions."""
     from ..tensor import Tensor
     from . import dispatch
+    _is_tensor.tensor_type = Tensor  # lets formulas test types without a call
     raw_entries = read_raw(path)
     names = {str(raw["name"]).split("(")[0].strip()
              for raw in raw_entries if isinstance(raw, dict) and "name" in raw}
     entries = load_table(is_op=names.__contains__, resolve=resolve,
-                         is_tensor=lambda v: isinstance(v, Tensor), path=path,
+                         is_tensor=_is_tensor, path=path,
                          helpers=FORMULA_HELPERS, raw_entries=raw_entries)
     for name, entry in entries.items():
         op = REGISTRY.get(name)

@@ -6,6 +6,7 @@ movement uses NumPy's copies (there is no arithmetic to compile).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -54,9 +55,9 @@ def _ints(size, op: str) -> tuple[int, ...]:
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = size[0]
     try:
-        return tuple(int(s) for s in size)
+        return tuple(operator.index(s) for s in size)  # not int(): 2.5 is an error
     except TypeError:
-        raise TypeError(f"{op}: sizes must be ints, got {size!r}") from None
+        raise TypeError(f"{op}: sizes must be ints, got {tuple(size)!r}") from None
 
 
 def _dim(d: int, ndim: int, op: str) -> int:

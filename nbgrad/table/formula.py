@@ -187,10 +187,19 @@ def _python_or_op(op_name: str, py_op: Callable, resolve: Callable[[str], Callab
                   is_tensor: Callable[[object], bool]) -> Callable:
     """Apply ``py_op`` to plain values and the registered op when a tensor is involved."""
     op_fn = None
+    tensor_type = getattr(is_tensor, "tensor_type", None)
 
     def apply(*args):
         nonlocal op_fn
-        if any(is_tensor(a) for a in args):
+        if tensor_type is not None:
+            involved = False
+            for a in args:
+                if isinstance(a, tensor_type):
+                    involved = True
+                    break
+        else:
+            involved = any(is_tensor(a) for a in args)
+        if involved:
             if op_fn is None:
                 op_fn = resolve(op_name)
             return op_fn(*args)

@@ -1,0 +1,920 @@
+"""PythonOp and PythonOpGrad: custom ``autograd.Function``s that run Python inside a graph.
+
+A custom Function whose forward or backward cannot be traced into nbgrad ops (it calls
+``x.numpy()``, SciPy, legacy NumPy code...) becomes two graph nodes, modelled on ONNX
+Runtime's ``com.microsoft`` PythonOp and PythonOpGrad:
+
+``PythonOp``
+    inputs: the Function's tensor arguments; outputs: an int64 context handle, then the
+    Function's outputs. Attributes (ONNX Runtime's names): ``name`` (the qualified name),
+    ``input_convention`` (``'d'`` tensor, ``'c'`` other, per argument),
+    ``input_requires_grads``, ``input_tensor_types`` (ONNX type codes),
+    ``input_tensor_ranks``, the non-tensor arguments by kind and position
+    (``input_int_scalars``/``..._positions``, ``input_float_scalars``/``..._positions``,
+    ``input_int_tuples``/``..._positions``/``..._begins``, the same for float tuples, and
+    ``input_pointer_scalars``/``..._positions`` for any other object, kept by reference),
+    ``output_tensor_types``, ``output_tensor_ranks``, ``output_tensor_requires_grads``,
+    ``training_mode`` and ``inplace``. Running it calls the user's ``forward`` with a
+    fresh ctx, stored in the handle table.
+``PythonOpGrad``
+    inputs: the context handle, the N output gradients (``None`` where no gradient
+    arrives; materialised as zeros unless ``ctx.set_materialize_grads(False)``) and the N
+    forward outputs (a control dependency on the forward); outputs: the gradients of the
+    tensor inputs that require grad. Attributes: ``name``, ``output_convention``,
+    ``input_tensor_types``/``ranks``/``requires_grads`` (the gradient inputs),
+    ``output_tensor_types``/``ranks``/``requires_grads`` (per forward tensor input). It
+    calls the user's ``backward`` with the saved ctx and checks what it returns as eager
+    mode does (wrong count or shape raise the same errors).
+
+Context lifetime (ONNX Runtime kept the ctx by raw, once truncated, address and
+segfaulted or leaked: onnxruntime issues 8901, 15121, 16828). Contexts live in
+:data:`HANDLES`, a table keyed by a counter. Each entry has owners; it is released when
+the last one goes:
+
+- an executable run of a graph with PythonOps is an *owner scope* (:class:`OwningExecutable`,
+  and :func:`run_owned` around eager loop runs). Handles created in the run that leave it
+  through an output (the residuals a forward graph returns for the backward graph) are
+  handed to the output arrays, with a ``weakref.finalize`` on each: the ``JitBackward``
+  node keeps those arrays until its backward ran (``release()`` drops them unless
+  ``retain_graph``) or until it dies with the outputs. Handles that do not leave the run
+  are released when it ends;
+- outside a scope (eager replays, tracing) the handle array itself is the owner.
+
+Numbers, never addresses: a released handle is an error naming the Function (a second
+backward without ``retain_graph``), never a crash.
+
+Errors raised by the user's ``forward`` or ``backward`` reach the caller as the original
+exception, with the Function's name added to the message.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from ..autograd.function import BackwardFunction, FunctionCtx, apply_function
+from ..autograd.node import RETAIN_GRAPH_MESSAGE, gradient_edge
+from ..autograd.node import Node as AutogradNode
+from ..errors import TracerError
+from ..grad_mode import STATE, no_grad
+from ..tensor import STATE_TRACE, Tensor
+from .ir import (FUNCTION, LOOP, ONCE_DIFFERENTIABLE, PYTHON_OP, PYTHON_OP_GRAD, Graph, Node,
+                 Var, type_str)
+
+__all__ = ["HANDLES", "HandleTable", "OwningExecutable", "PythonOpBackward", "live_contexts",
+           "owning", "run_node", "run_owned"]
+
+#: ONNX TensorProto data type codes of the dtypes nbgrad uses
+ONNX_TYPES = {"float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6,
+              "int64": 7, "bool": 9, "float16": 10, "float64": 11, "uint32": 12,
+              "uint64": 13, "complex64": 14, "complex128": 15}
+_CTX_FIELDS = frozenset(vars(FunctionCtx()))
+
+
+def onnx_type(dtype: np.dtype) -> int:
+    """The ONNX TensorProto type code of ``dtype`` (0 if it has none)."""
+    return ONNX_TYPES.get(np.dtype(dtype).name, 0)
+
+
+# ------------------------------------------------------------------ the handle table
+class HandleTable:
+    """Autograd contexts of PythonOp calls, keyed by a counter (never by an address).
+
+    Every entry counts its owners; :meth:`release` drops one and removes the entry at
+    zero. ``created``/``released`` count entries over the table's life.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()  # finalizers may run while this thread holds it
+        self._counter = itertools.count(1)
+        self._live: dict[int, list] = {}  # handle -> [ctx, name, owners]
+        self.created = 0
+        self.released = 0
+
+    def register(self, ctx: FunctionCtx, name: str) -> int:
+        """A new handle for ``ctx``, with one owner (the caller)."""
+        entry = [ctx, name, 1]
+        h = next(self._counter)
+        with self._lock:
+            self._live[h] = entry
+            self.created += 1
+        return h
+
+    def get(self, handle: int, name: str) -> FunctionCtx:
+        """The context of ``handle``; a released one raises ``RuntimeError``."""
+        entry = self._live.get(handle)
+        if entry is None:
+            raise RuntimeError(f"PythonOpGrad of {name}: its autograd context (handle "
+                               f"{handle}) was already released. {RETAIN_GRAPH_MESSAGE}")
+        return entry[0]
+
+    def retain(self, *handles: int) -> None:
+        """Add one owner to each of ``handles``."""
+        with self._lock:
+            for h in handles:
+                entry = self._live.get(h)
+                if entry is not None:
+                    entry[2] += 1
+
+    def release(self, *handles: int) -> None:
+        """Drop one owner of each of ``handles`` (removing entries left without one)."""
+        with self._lock:
+            for h in handles:
+                entry = self._live.get(h)
+                if entry is None:
+                    continue
+                entry[2] -= 1
+                if entry[2] <= 0:
+                    del self._live[h]
+                    self.released += 1
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __contains__(self, handle: int) -> bool:
+        return handle in self._live
+
+    def stats(self) -> dict[str, int]:
+        """``{"live", "created", "released"}``."""
+        return {"live": len(self._live), "created": self.created, "released": self.released}
+
+
+#: the process-wide table of PythonOp contexts
+HANDLES = HandleTable()
+
+
+def live_contexts() -> int:
+    """How many PythonOp contexts are alive (the size of :data:`HANDLES`)."""
+    return len(HANDLES)
+
+
+# ------------------------------------------------------------------ owner scopes
+class _Scope:
+    __slots__ = ("created", "parent")
+
+    def __init__(self, parent: _Scope | None) -> None:
+        self.created: list[int] = []
+        self.parent = parent
+
+
+_TLS = threading.local()
+
+
+def _scope() -> _Scope | None:
+    return getattr(_TLS, "scope", None)
+
+
+@contextmanager
+def owner_scope():
+    """Collect the handles created in this thread until :func:`settle` decides their owners.
+
+    On an exception every handle created inside is released.
+    """
+    scope = _Scope(_scope())
+    _TLS.scope = scope
+    try:
+        yield scope
+    except BaseException:
+        _TLS.scope = scope.parent
+        HANDLES.release(*scope.created)
+        raise
+    _TLS.scope = scope.parent
+
+
+def settle(scope: _Scope, outputs: Sequence[Any], mask: Sequence[bool]) -> None:
+    """Give the handles of ``scope`` that appear in ``outputs[k]`` (where ``mask[k]``) to
+    those arrays (or to the enclosing scope); release the others."""
+    if not scope.created:
+        return
+    created = set(scope.created)
+    claimed: set[int] = set()
+    owners = []
+    for arr, m in zip(outputs, mask, strict=False):
+        if not m or not isinstance(arr, np.ndarray) or arr.dtype != np.int64:
+            continue
+        hs = created.intersection(arr.ravel().tolist())
+        if hs:
+            claimed |= hs
+            owners.append((arr, tuple(hs)))
+    if scope.parent is not None:
+        scope.parent.created.extend(claimed)
+    else:
+        for arr, hs in owners:
+            HANDLES.retain(*hs)
+            weakref.finalize(arr, HANDLES.release, *hs)
+        HANDLES.release(*claimed)
+    HANDLES.release(*(created - claimed))
+
+
+def _own(h: int, arr: np.ndarray, by_array: bool = False) -> None:
+    """The first owner of a new handle: the current scope, else the handle array."""
+    scope = None if by_array else _scope()
+    if scope is not None:
+        scope.created.append(h)
+    else:
+        weakref.finalize(arr, HANDLES.release, h)
+
+
+def _cached(graph: Graph, key: str, compute: Callable[[], Any]) -> Any:
+    k = ("pythonop", key)
+    value = graph.cache.get(k)
+    if value is None:
+        value = graph.cache[k] = compute()
+    return value
+
+
+def has_python_ops(graph: Graph) -> bool:
+    """Whether ``graph`` (loop bodies and native Function bodies included) has a PythonOp."""
+    def compute() -> bool:
+        for node in graph.walk():
+            if node.op == PYTHON_OP or (node.op == FUNCTION
+                                        and has_python_ops(node.attrs["#forward"])):
+                return True
+        return False
+    return _cached(graph, "has", compute)
+
+
+def handle_mask(graph: Graph) -> list[bool]:
+    """Per graph output: whether it may hold context handles made by this graph's PythonOps
+    (int64 values that depend on a handle)."""
+    def compute() -> list[bool]:
+        h: set[int] = set()
+        for node in graph.nodes:
+            if node.op == PYTHON_OP:
+                h.add(id(node.outputs[0]))
+                continue
+            inner = (node.op == LOOP and has_python_ops(node.attrs["body"])) or (
+                node.op == FUNCTION and has_python_ops(node.attrs["#forward"]))
+            if inner or any(v is not None and id(v) in h for v in node.inputs):
+                h.update(id(v) for v in node.outputs if v.dtype == np.int64)
+        return [id(v) in h for v in graph.outputs]
+    return _cached(graph, "mask", compute)
+
+
+class OwningExecutable:
+    """An executable of a graph with PythonOps, run as an owner scope of its handles.
+
+    Everything else (``graph``, ``tier``, ``source()``...) is the wrapped executable's.
+    """
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.mask = handle_mask(inner.graph)
+
+    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        with owner_scope() as scope:
+            outs = self.inner.run(arrays)
+        settle(scope, outs, self.mask)
+        return outs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def __repr__(self) -> str:
+        return f"<owning {self.inner!r}>"
+
+
+def owning(exe):
+    """``exe``, wrapped in an :class:`OwningExecutable` when its graph has PythonOps."""
+    if isinstance(exe, OwningExecutable) or not has_python_ops(exe.graph):
+        return exe
+    return OwningExecutable(exe)
+
+
+def run_owned(graph: Graph, thunk: Callable[[], list]) -> list:
+    """``thunk()`` (which computes ``graph``'s outputs) as an owner scope of its handles."""
+    if not has_python_ops(graph):
+        return thunk()
+    with owner_scope() as scope:
+        outs = thunk()
+    settle(scope, outs, handle_mask(graph))
+    return outs
+
+
+# ------------------------------------------------------------------ attribute values
+class FnRef:
+    """The Function class of a node, by reference. Its ``repr`` (hashed with the graph) is
+    ``<Function module.qualname#k>``: ``k`` counts earlier classes of the same name in
+    this process, so redefining a class gives new graphs and the first definition gets
+    the same hash in every process."""
+
+    __slots__ = ("fn", "tag")
+
+    def __init__(self, fn: type, tag: str) -> None:
+        self.fn = fn
+        self.tag = tag
+
+    def __repr__(self) -> str:
+        return self.tag
+
+
+_FN_REFS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_FN_COUNT: dict[str, int] = {}
+_REF_LOCK = threading.Lock()
+
+
+def qualified_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def fn_ref(cls: type) -> FnRef:
+    with _REF_LOCK:
+        ref = _FN_REFS.get(cls)
+        if ref is None:
+            name = qualified_name(cls)
+            k = _FN_COUNT.get(name, 0)
+            _FN_COUNT[name] = k + 1
+            ref = _FN_REFS[cls] = FnRef(cls, f"<Function {name}#{k}>")
+        return ref
+
+
+class ObjRef:
+    """A non-tensor argument kept by reference (ONNX Runtime's pointer scalars)."""
+
+    __slots__ = ("obj", "tag")
+
+    def __init__(self, obj: Any, tag: str) -> None:
+        self.obj = obj
+        self.tag = tag
+
+    def __repr__(self) -> str:
+        return self.tag
+
+
+_STABLE_REPR = (type(None), bool, str, bytes, complex, int, float, np.generic)
+_OBJ_TAGS: dict[int, tuple[Any, str]] = {}
+_OBJ_COUNT = itertools.count()
+
+
+def obj_ref(obj: Any) -> ObjRef:
+    """``obj`` by reference; the same object gets the same tag within a process."""
+    if isinstance(obj, _STABLE_REPR) or (isinstance(obj, tuple) and all(
+            isinstance(x, _STABLE_REPR) for x in obj)):
+        return ObjRef(obj, repr(obj))
+    with _REF_LOCK:
+        entry = _OBJ_TAGS.get(id(obj))
+        if entry is not None:
+            held = entry[0]() if isinstance(entry[0], weakref.ref) else entry[0]
+            if held is obj:
+                return ObjRef(obj, entry[1])
+        tag = f"<{type(obj).__qualname__} object #{next(_OBJ_COUNT)}>"
+        try:
+            holder: Any = weakref.ref(obj)
+        except TypeError:
+            holder = obj  # not weakly referenceable: kept (traces are few)
+        _OBJ_TAGS[id(obj)] = (holder, tag)
+        return ObjRef(obj, tag)
+
+
+def argument_attrs(args: Sequence[Any]) -> dict[str, Any]:
+    """``input_convention`` and the non-tensor arguments by kind and position."""
+    conv = []
+    kinds: dict[str, list] = {k: [] for k in (
+        "input_int_scalars", "input_int_scalar_positions", "input_float_scalars",
+        "input_float_scalar_positions", "input_int_tuples", "input_int_tuple_positions",
+        "input_int_tuple_begins", "input_float_tuples", "input_float_tuple_positions",
+        "input_float_tuple_begins", "input_pointer_scalars",
+        "input_pointer_scalar_positions")}
+    for i, a in enumerate(args):
+        if isinstance(a, Tensor):
+            conv.append("d")
+            continue
+        conv.append("c")
+        if type(a) is int:
+            kinds["input_int_scalars"].append(a)
+            kinds["input_int_scalar_positions"].append(i)
+        elif type(a) is float:
+            kinds["input_float_scalars"].append(a)
+            kinds["input_float_scalar_positions"].append(i)
+        elif type(a) is tuple and a and all(type(x) is int for x in a):
+            kinds["input_int_tuple_begins"].append(len(kinds["input_int_tuples"]))
+            kinds["input_int_tuples"].extend(a)
+            kinds["input_int_tuple_positions"].append(i)
+        elif type(a) is tuple and a and all(type(x) is float for x in a):
+            kinds["input_float_tuple_begins"].append(len(kinds["input_float_tuples"]))
+            kinds["input_float_tuples"].extend(a)
+            kinds["input_float_tuple_positions"].append(i)
+        else:
+            kinds["input_pointer_scalars"].append(obj_ref(a))
+            kinds["input_pointer_scalar_positions"].append(i)
+    attrs: dict[str, Any] = {"input_convention": "".join(conv)}
+    for k, v in kinds.items():
+        if v:
+            attrs[k] = tuple(v)
+    return attrs
+
+
+def _tuples(flat: Sequence, begins: Sequence[int]) -> list[tuple]:
+    if not begins:
+        return []
+    ends = list(begins[1:]) + [len(flat)]
+    return [tuple(flat[b:e]) for b, e in zip(begins, ends, strict=True)]
+
+
+def rebuild_args(attrs: dict[str, Any], tensors: Sequence[Any]) -> tuple[tuple, dict]:
+    """The ``apply`` arguments of a node: ``tensors`` at the ``'d'`` positions, the kept
+    non-tensor values at the others."""
+    conv = attrs["input_convention"]
+    args: list[Any] = [None] * len(conv)
+    it = iter(tensors)
+    for i, c in enumerate(conv):
+        if c == "d":
+            args[i] = next(it)
+    g = attrs.get
+    for p, v in zip(g("input_int_scalar_positions", ()), g("input_int_scalars", ()),
+                    strict=True):
+        args[p] = v
+    for p, v in zip(g("input_float_scalar_positions", ()), g("input_float_scalars", ()),
+                    strict=True):
+        args[p] = v
+    for p, v in zip(g("input_int_tuple_positions", ()),
+                    _tuples(g("input_int_tuples", ()), g("input_int_tuple_begins", ())),
+                    strict=True):
+        args[p] = v
+    for p, v in zip(g("input_float_tuple_positions", ()),
+                    _tuples(g("input_float_tuples", ()), g("input_float_tuple_begins", ())),
+                    strict=True):
+        args[p] = v
+    for p, r in zip(g("input_pointer_scalar_positions", ()), g("input_pointer_scalars", ()),
+                    strict=True):
+        args[p] = r.obj
+    kwargs = {k: r.obj for k, r in g("#kwargs", ())}
+    return tuple(args), kwargs
+
+
+def kwargs_attr(kwargs: dict) -> tuple:
+    return tuple((k, obj_ref(v)) for k, v in kwargs.items())
+
+
+def _needs_input_grad(attrs: dict[str, Any]) -> tuple[bool, ...]:
+    req = iter(attrs["input_requires_grads"])
+    return tuple(bool(next(req)) if c == "d" else False for c in attrs["input_convention"])
+
+
+# ------------------------------------------------------------------ calling user code
+def function_label(cls: type, what: str) -> str:
+    return f"{cls.__qualname__}.{what}"
+
+
+def annotate(exc: BaseException, cls: type, what: str) -> None:
+    """Name the Function in an exception raised by its user code (type unchanged)."""
+    if getattr(exc, "_nbgrad_function", False):
+        return
+    label = function_label(cls, what)
+    try:
+        exc._nbgrad_function = True  # type: ignore[attr-defined]
+    except AttributeError:
+        pass
+    if cls.__name__ in str(exc):
+        return
+    if len(exc.args) == 1 and isinstance(exc.args[0], str):
+        exc.args = (f"{label}: {exc.args[0]}",)
+    elif not exc.args:
+        exc.args = (label,)
+    if label not in str(exc):  # a message not made from args
+        exc.add_note(f"(raised in {label}, a custom autograd.Function called inside "
+                     "nbgrad.jit)")
+
+
+def user_call(cls: type, what: str, fn: Callable, *args: Any, grad: bool | None = False,
+              **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` with no tracer installed (and grad mode ``grad`` unless
+    None); an exception gets the Function's name."""
+    prev = STATE_TRACE.tracer
+    STATE_TRACE.tracer = None
+    prev_grad = STATE.grad_enabled
+    if grad is not None:
+        STATE.grad_enabled = grad
+    try:
+        return fn(*args, **kwargs)
+    except TracerError:
+        raise
+    except Exception as exc:
+        annotate(exc, cls, what)
+        raise
+    finally:
+        STATE.grad_enabled = prev_grad
+        STATE_TRACE.tracer = prev
+
+
+def output_list(cls: type, raw: Any) -> list[Tensor]:
+    """The outputs of a forward as a list of tensors (anything else is a TracerError)."""
+    outs = list(raw) if isinstance(raw, tuple) else [raw]
+    for k, o in enumerate(outs):
+        if not isinstance(o, Tensor):
+            raise TracerError(f"{cls.__qualname__}.forward returned a {type(o).__name__} as "
+                              f"output {k}; inside nbgrad.jit the outputs of a custom "
+                              "Function must be tensors")
+    return outs
+
+
+def _check_outputs(cls: type, outs: list[Tensor], expect: Sequence[Var]) -> None:
+    name = cls.__qualname__
+    if len(outs) != len(expect):
+        raise RuntimeError(f"{name}.forward returned {len(outs)} outputs, but the graph traced "
+                           f"by nbgrad.jit expects {len(expect)}")
+    for k, (o, v) in enumerate(zip(outs, expect, strict=True)):
+        if o._data.shape != v.shape or o._data.dtype != v.dtype:
+            raise RuntimeError(
+                f"{name}.forward returned {o.dtype.name}{list(o.shape)} as output {k}, but "
+                f"the graph traced by nbgrad.jit expects {type_str(v)}; inside nbgrad.jit the "
+                "shapes and dtypes of a custom Function's outputs must not depend on values")
+
+
+def _dirty(cls: type, ctx: FunctionCtx) -> None:
+    if ctx.dirty_tensors:
+        raise TracerError(f"{cls.__qualname__}.forward modifies an input in place "
+                          "(ctx.mark_dirty); in-place custom Functions are not supported "
+                          "inside nbgrad.jit")
+
+
+def _handle_tensor(ctx: FunctionCtx, cls: type, by_array: bool) -> Tensor:
+    h = HANDLES.register(ctx, qualified_name(cls))
+    arr = np.asarray(h, np.int64)
+    _own(h, arr, by_array)
+    return Tensor._make(arr)
+
+
+def _zeros(v: Var | tuple) -> Tensor:
+    shape, dtype = (v.shape, v.dtype) if isinstance(v, Var) else v
+    return Tensor._make(np.zeros(shape, dtype))
+
+
+# ------------------------------------------------------------------ the autograd node
+class PythonOpBackward(BackwardFunction):
+    """The eager autograd node of a PythonOp: calls the user's ``backward`` without a
+    tracer; while tracing, records a PythonOpGrad node for the call."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, fn_cls: type, ctx: FunctionCtx, edges: list) -> None:
+        super().__init__(fn_cls, ctx, edges)
+        #: while tracing: (weak reference to the handle array, output arrays, PythonOp
+        #: attrs). Weak: the table holds the ctx, which holds this node; a strong reference
+        #: would keep the handle array, the owner of the table entry, alive for ever.
+        self.record = None
+
+    def apply(self, grads: list, create_graph: bool) -> list:
+        tracer = STATE_TRACE.tracer
+        result = user_call(self.fn_cls, "backward", BackwardFunction.apply, self, grads,
+                           create_graph, grad=None)
+        if tracer is None or self.record is None:
+            return result
+        handle_ref, out_arrays, fattrs = self.record
+        harr = handle_ref()
+        if harr is None:
+            raise TracerError(f"{self.fn_cls.__qualname__}: the backward of a PythonOp is "
+                              "traced after the trace that recorded its forward ended")
+        handle = Tensor._make(harr)
+        n = len(out_arrays)
+        g_in = [grads[k] if k < len(grads) else None for k in range(n)]
+        acts = [Tensor._make(a) for a in out_arrays]
+        req = [e is not None for e in self.next_edges]
+        return _record_grad(tracer, self.fn_cls, fattrs, handle, g_in, acts, req, result,
+                            [m for m in self.input_meta], create_graph)
+
+
+class _NoTracedDoubleBackward(AutogradNode):
+    """Stands for the backward of a PythonOpGrad recorded while tracing: raises if reached."""
+
+    __slots__ = ("fn_name",)
+
+    def __init__(self, fn_name: str, edges: list) -> None:
+        super().__init__(edges)
+        self.fn_name = fn_name
+
+    def apply(self, grads: list, create_graph: bool) -> list:
+        raise TracerError(
+            f"differentiating the backward of {self.fn_name} inside nbgrad.jit is not "
+            "supported: it is a PythonOp (a custom Function whose code runs in Python). "
+            "Take higher-order gradients outside the jitted function, or write the "
+            "Function with nbgrad ops so that it compiles")
+
+
+def _record_grad(tracer, cls: type, fattrs: dict, handle: Tensor, g_in: list, acts: list,
+                 req: list[bool], result: list, input_meta: list, create_graph: bool) -> list:
+    """Record one PythonOpGrad node for a backward call that already ran."""
+    in_vars = [tracer.var_of(handle)] + [None if g is None else tracer.var_of(g)
+                                         for g in g_in] + [tracer.var_of(a) for a in acts]
+    outs = []
+    for k, r in enumerate(req):
+        if r:
+            g = result[k]
+            arr = np.zeros(*input_meta[k]) if g is None else np.array(g._data, copy=True)
+            outs.append(Tensor._make(arr))
+    attrs = grad_attrs(cls, fattrs, g_in, acts, req, outs)
+    tracer.add_node(Node(PYTHON_OP_GRAD, in_vars, [Var(t._data.shape, t._data.dtype)
+                                                   for t in outs], attrs), outs)
+    new = list(result)
+    it = iter(outs)
+    for k, r in enumerate(req):
+        if not r:
+            continue
+        t = next(it)
+        g = result[k]
+        if create_graph and g is not None and g._requires_grad:
+            t._requires_grad = True
+            t.grad_fn = _NoTracedDoubleBackward(cls.__qualname__, [gradient_edge(g)])
+        new[k] = t
+    return new
+
+
+# ------------------------------------------------------------------ node attributes
+def python_op_attrs(cls: type, args: Sequence[Any], kwargs: dict, outs: list[Tensor],
+                    node: BackwardFunction | None) -> dict[str, Any]:
+    tensors = [a for a in args if isinstance(a, Tensor)]
+    grad = STATE.grad_enabled
+    attrs: dict[str, Any] = {"name": qualified_name(cls)}
+    arg = argument_attrs(args)
+    attrs["input_convention"] = arg.pop("input_convention")
+    attrs["input_requires_grads"] = tuple(int(grad and t._requires_grad) for t in tensors)
+    attrs["input_tensor_types"] = tuple(onnx_type(t.dtype) for t in tensors)
+    attrs["input_tensor_ranks"] = tuple(t.ndim for t in tensors)
+    attrs.update(arg)
+    attrs["output_tensor_types"] = tuple(onnx_type(o.dtype) for o in outs)
+    attrs["output_tensor_ranks"] = tuple(o.ndim for o in outs)
+    attrs["output_tensor_requires_grads"] = tuple(
+        int(node is not None and o.grad_fn is node) for o in outs)
+    attrs["training_mode"] = int(node is not None)
+    attrs["inplace"] = 0
+    attrs["#fn"] = fn_ref(cls)
+    if kwargs:
+        attrs["#kwargs"] = kwargs_attr(kwargs)
+    return attrs
+
+
+def grad_attrs(cls: type, fattrs: dict, g_in: list, acts: list, req: list[bool],
+               outs: list[Tensor]) -> dict[str, Any]:
+    return {"name": fattrs["name"],
+            "output_convention": fattrs["input_convention"],
+            "input_tensor_types": tuple(onnx_type(a.dtype) for a in acts),
+            "input_tensor_ranks": tuple(a.ndim for a in acts),
+            "input_tensor_requires_grads": tuple(int(g is not None) for g in g_in),
+            "output_tensor_types": tuple(onnx_type(t.dtype) for t in outs),
+            "output_tensor_ranks": tuple(t.ndim for t in outs),
+            "output_tensor_requires_grads": tuple(int(r) for r in req),
+            "#fn": fattrs["#fn"]}
+
+
+# ------------------------------------------------------------------ tracing
+def trace_python_op(tracer, cls: type, args: tuple, kwargs: dict) -> Any:
+    """Run ``cls`` eagerly (no tracer) and record it into ``tracer`` as a PythonOp node."""
+    return _trace_python_op(tracer, cls, args, kwargs)[0]
+
+
+def _trace_python_op(tracer, cls: type, args: tuple, kwargs: dict) -> tuple[Any, list]:
+    ctx = FunctionCtx()
+    raw = user_call(cls, "forward", apply_function, cls, args, kwargs, ctx, PythonOpBackward,
+                    grad=None)
+    outs = output_list(cls, raw)
+    _dirty(cls, ctx)
+    node = ctx._node
+    handle = _handle_tensor(ctx, cls, by_array=True)
+    attrs = python_op_attrs(cls, args, kwargs, outs, node)
+    in_vars = [tracer.var_of(a) for a in args if isinstance(a, Tensor)]
+    out_vars = [Var((), np.int64)] + [Var(o._data.shape, o._data.dtype) for o in outs]
+    tracer.add_node(Node(PYTHON_OP, in_vars, out_vars, attrs), [handle] + outs)
+    if node is not None:
+        node.record = (weakref.ref(handle._data), [o._data for o in outs], attrs)
+    return raw, [handle] + outs
+
+
+# ------------------------------------------------------------------ replay (eager tensors)
+def replay_node(node: Node, values: list) -> list:
+    """Run one node of these kinds on tensors (the reference semantics; records the node
+    when a tracer is installed)."""
+    if node.op == PYTHON_OP:
+        return _replay_forward(node, values)
+    if node.op == PYTHON_OP_GRAD:
+        return _replay_backward(node, values)
+    if node.op == ONCE_DIFFERENTIABLE:
+        return [mark_once(values[0], node.attrs["name"])]
+    from .function_trace import replay_function
+    return replay_function(node, values)
+
+
+def _replay_forward(node: Node, values: list) -> list[Tensor]:
+    cls = node.attrs["#fn"].fn
+    args, kwargs = rebuild_args(node.attrs, values)
+    tracer = STATE_TRACE.tracer
+    if tracer is not None:
+        return _trace_python_op(tracer, cls, args, kwargs)[1]
+    ctx = FunctionCtx()
+    raw = user_call(cls, "forward", apply_function, cls, args, kwargs, ctx, PythonOpBackward,
+                    grad=None)
+    outs = output_list(cls, raw)
+    _check_outputs(cls, outs, node.outputs[1:])
+    return [_handle_tensor(ctx, cls, by_array=False)] + outs
+
+
+def _grad_inputs(node: Node, values: list, ctx: FunctionCtx) -> tuple[list, list]:
+    n = len(node.attrs["input_tensor_types"])
+    acts = values[1 + n:1 + 2 * n]
+    grads = []
+    for k in range(n):
+        g = values[1 + k]
+        if g is None and ctx.materialize_grads:
+            g = _zeros(node.inputs[1 + n + k])
+        grads.append(g)
+    return grads, acts
+
+
+def _checker(node: Node, ctx: FunctionCtx | None) -> BackwardFunction:
+    """A BackwardFunction that checks returned gradients exactly as eager mode does."""
+    a = node.attrs
+    cls = a["#fn"].fn
+    req = a["output_tensor_requires_grads"]
+    b = BackwardFunction(cls, ctx, [(None, 0) if r else None for r in req])
+    b.arg_is_tensor = tuple(c == "d" for c in a["output_convention"])
+    it = iter(node.outputs)
+    meta = []
+    for r in req:
+        if r:
+            v = next(it)
+            meta.append((v.shape, v.dtype))
+        else:
+            meta.append(((), np.dtype(np.float64)))
+    b.input_meta = meta
+    return b
+
+
+def _replay_backward(node: Node, values: list) -> list[Tensor]:
+    a = node.attrs
+    cls = a["#fn"].fn
+    handle = values[0]
+    ctx = HANDLES.get(int(np.asarray(handle._data).reshape(())), a["name"])
+    grads, acts = _grad_inputs(node, values, ctx)
+    result = user_call(cls, "backward", cls.backward, ctx, *grads, grad=None)
+    checked = user_call(cls, "backward", _checker(node, ctx).check_gradients, result,
+                        grad=None)
+    req = a["output_tensor_requires_grads"]
+    tracer = STATE_TRACE.tracer
+    if tracer is not None:
+        meta = [(v.shape, v.dtype) for v in node.outputs]
+        it = iter(meta)
+        input_meta = [next(it) if r else ((), np.float64) for r in req]
+        fattrs = {"name": a["name"], "input_convention": a["output_convention"],
+                  "#fn": a["#fn"]}
+        n = len(a["input_tensor_types"])
+        g_in = [values[1 + k] for k in range(n)]
+        out = _record_grad(tracer, cls, fattrs, handle, g_in, acts, [bool(r) for r in req],
+                           checked, input_meta, STATE.grad_enabled)
+        return [out[k] for k, r in enumerate(req) if r]
+    outs = []
+    it = iter(node.outputs)
+    for k, r in enumerate(req):
+        if r:
+            v = next(it)
+            g = checked[k]
+            outs.append(_zeros(v) if g is None else g)
+    return outs
+
+
+def mark_once(x: Tensor, name: str) -> Tensor:
+    """The OnceDifferentiable marker: ``x`` itself, whose double backward raises."""
+    from ..autograd.function import _DelayedErrorNode
+    tracer = STATE_TRACE.tracer
+    if tracer is not None:
+        v = tracer.lookup(x)
+        if v is not None and tracer.is_dynamic(v):
+            t = Tensor._make(np.array(x._data, copy=True), requires_grad=x._requires_grad,
+                             grad_fn=x.grad_fn, output_nr=x._output_nr)
+            tracer.add_node(Node(ONCE_DIFFERENTIABLE, [v], [v.like()], {"name": name}), [t])
+            x = t
+    if STATE.grad_enabled and x._requires_grad:
+        return Tensor._make(x._data, requires_grad=True,
+                            grad_fn=_DelayedErrorNode(name, [gradient_edge(x)]))
+    return x
+
+
+# ------------------------------------------------------------------ run (arrays)
+def run_node(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """Run one node of these kinds on arrays, as the tier-1 interpreter's eager step and
+    tier 2's call back into Python do (fresh output arrays)."""
+    if node.op == PYTHON_OP:
+        return _run_forward(node, arrays)
+    if node.op == PYTHON_OP_GRAD:
+        return _run_backward(node, arrays)
+    if node.op == ONCE_DIFFERENTIABLE:
+        return [np.array(arrays[0], copy=True)]
+    tensors = [None if a is None else Tensor._make(np.array(a, dtype=v.dtype, copy=True)
+                                                   .reshape(v.shape))
+               for a, v in zip(arrays, node.inputs, strict=True)]
+    prev = STATE_TRACE.tracer
+    STATE_TRACE.tracer = None
+    try:
+        with no_grad():
+            outs = replay_node(node, tensors)
+    finally:
+        STATE_TRACE.tracer = prev
+    return [np.array(t._data, copy=True) for t in outs]
+
+
+def _as_tensor(arr, v: Var | None) -> Tensor | None:
+    if arr is None or v is None:
+        return None
+    return Tensor._make(np.array(arr, dtype=v.dtype, copy=True).reshape(v.shape))
+
+
+def _run_forward(node: Node, arrays: Sequence) -> list[np.ndarray]:
+    a = node.attrs
+    cls = a["#fn"].fn
+    tensors = [_as_tensor(x, v) for x, v in zip(arrays, node.inputs, strict=True)]
+    args, kwargs = rebuild_args(a, tensors)
+    ctx = FunctionCtx()
+    ctx.needs_input_grad = _needs_input_grad(a)
+    raw = user_call(cls, "forward", cls.forward, ctx, *args, **kwargs)
+    outs = output_list(cls, raw)
+    _check_outputs(cls, outs, node.outputs[1:])
+    h = HANDLES.register(ctx, a["name"])
+    harr = np.asarray(h, np.int64)
+    _own(h, harr)
+    return [harr] + [np.array(o._data, copy=True) for o in outs]
+
+
+def _run_backward(node: Node, arrays: Sequence) -> list[np.ndarray]:
+    a = node.attrs
+    cls = a["#fn"].fn
+    ctx = HANDLES.get(int(np.asarray(arrays[0]).reshape(())), a["name"])
+    values = [None] + [_as_tensor(x, v) for x, v in zip(arrays[1:], node.inputs[1:],
+                                                        strict=True)]
+    grads, _ = _grad_inputs(node, values, ctx)
+    result = user_call(cls, "backward", cls.backward, ctx, *grads)
+    checked = user_call(cls, "backward", _checker(node, ctx).check_gradients, result)
+    outs = []
+    it = iter(node.outputs)
+    for k, r in enumerate(a["output_tensor_requires_grads"]):
+        if r:
+            v = next(it)
+            g = checked[k]
+            outs.append(np.zeros(v.shape, v.dtype) if g is None else
+                        np.array(g._data, dtype=v.dtype, copy=True).reshape(v.shape))
+    return outs
+
+
+def fallback_callable(node: Node) -> Callable:
+    """What tier 2's generated code calls back (through ``objmode``) to run ``node``:
+    arrays of the present inputs in, a tuple of output arrays (0-d as 1 element) out."""
+    specs = [None if v is None else (v.shape, v.dtype) for v in node.inputs]
+    outs = [(v.shape, v.dtype) for v in node.outputs]
+
+    def call(*args):
+        it = iter(args)
+        values = [None if s is None else np.asarray(next(it), dtype=s[1]).reshape(s[0])
+                  for s in specs]
+        results = run_node(node, values)
+        return tuple(np.array(r, dtype=dt, order="C", copy=True).reshape(s if s else (1,))
+                     for r, (s, dt) in zip(results, outs, strict=True))
+
+    call.__name__ = f"callback_{node.op}"
+    return call
+
+
+def check_node(node: Node, where: str) -> None:
+    """Raise ``TracerError`` unless a node of these kinds is well formed."""
+    a = node.attrs
+    if node.op == ONCE_DIFFERENTIABLE:
+        if len(node.inputs) != 1 or len(node.outputs) != 1 or node.inputs[0] is None or \
+                node.inputs[0].shape != node.outputs[0].shape or \
+                node.inputs[0].dtype != node.outputs[0].dtype:
+            raise TracerError(f"ill-formed graph: {where}: a marker maps one value to one of "
+                              "the same type")
+        return
+    for key in ("name", "#fn"):
+        if key not in a:
+            raise TracerError(f"ill-formed graph: {where} lacks attribute {key!r}")
+    if node.op == PYTHON_OP_GRAD:
+        n = len(a["input_tensor_types"])
+        if len(node.inputs) != 1 + 2 * n or node.inputs[0] is None:
+            raise TracerError(f"ill-formed graph: {where} has {len(node.inputs)} inputs, "
+                              f"expected the handle, {n} gradients and {n} outputs")
+        if len(node.outputs) != sum(a["output_tensor_requires_grads"]):
+            raise TracerError(f"ill-formed graph: {where}: one output per input requiring "
+                              "grad expected")
+        return
+    n_in = a["input_convention"].count("d")
+    if len(node.inputs) != n_in:
+        raise TracerError(f"ill-formed graph: {where} has {len(node.inputs)} inputs, its "
+                          f"input_convention {a['input_convention']!r} has {n_in} tensors")
+    n_out = len(a["output_tensor_types"])
+    if node.op == PYTHON_OP:
+        h = node.outputs[0] if node.outputs else None
+        if h is None or h.shape != () or h.dtype != np.int64 or len(node.outputs) != 1 + n_out:
+            raise TracerError(f"ill-formed graph: {where}: outputs are an int64 handle and "
+                              f"{n_out} tensors")
+        return
+    from .ir import check
+    body = a["#forward"]
+    if len(body.inputs) != n_in or len(body.outputs) != len(node.outputs):
+        raise TracerError(f"ill-formed graph: {where}: its forward graph does not match")
+    for v, b in zip(node.outputs, body.outputs, strict=True):
+        if v.shape != b.shape or v.dtype != b.dtype:
+            raise TracerError(f"ill-formed graph: {where}: output {type_str(v)} differs from "
+                              f"its forward's {type_str(b)}")
+    check(body)

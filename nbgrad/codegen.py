@@ -102,6 +102,27 @@ def load_module(name: str, source: str) -> types.ModuleType:
         return module
 
 
+def find_module(name: str, key: str) -> types.ModuleType | None:
+    """Import ``<cache>/<name>_<key>.py`` written by :func:`write_module`, if it exists."""
+    full = f"{name}_{key}"
+    with _LOCK:
+        module = _MODULES.get(full)
+        if module is not None:
+            return module
+        path = cache_dir() / f"{full}.py"
+        if not path.is_file():
+            return None
+        module = _import_file(f"{GENERATED_PACKAGE}.{full}", path)
+        _MODULES[full] = module
+        return module
+
+
+def write_module(name: str, key: str, source: str) -> None:
+    """Write generated ``source`` as ``<cache>/<name>_<key>.py`` (atomically)."""
+    _write_atomically(cache_dir() / f"{name}_{key}.py",
+                      HEADER.format(digest=key) + source)
+
+
 _CORRUPT_WARNED = False
 
 

@@ -84,3 +84,15 @@ def test_unusable_numba_cache_folder_still_works(warm_cache):
         assert result(run(cache)) == expected
     finally:
         pycache.unlink()
+
+
+def test_compiled_formulas_are_cached_and_a_damaged_cache_is_rebuilt(warm_cache):
+    cache, expected = warm_cache
+    (formulas,) = _files(cache, "formulas_*.py")
+    assert "def formula_0(" in formulas.read_text()  # the cached module is real code
+    formulas.write_text(formulas.read_text()[:300])  # truncated mid-way
+    proc = run(cache)
+    assert result(proc) == expected
+    assert "cached formulas were damaged" in proc.stderr
+    assert "FORMULAS = {" in formulas.read_text()  # rewritten whole
+    assert "damaged" not in run(cache).stderr

@@ -62,6 +62,10 @@ GATHER_EQUAL_INDICES = Program(nodes=(Leaf(shape=(1,), domain="gt1"),
                                seed=10196)
 INDEX_0D = Program(nodes=(Leaf(shape=(), domain="gt1"),
                           Step(op="index", inputs=(0,), params=((Ellipsis,),))), seed=10196)
+# - the same constant-as-scalar fault in a backward: cumsum's backward (a reverse scan)
+#   received its all-ones coefficients [1., 1.] as the scalar 1.0.
+CUMSUM_BACKWARD = Program(nodes=(Leaf(shape=(2,), domain="gt1"),
+                                 Step(op="cumsum", inputs=(0,), params=(0,))), seed=1314667)
 
 
 def _grads(program: Program, fn) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -136,6 +140,7 @@ def test_jit_values_and_gradients_match_eager(program):
 @given(programs())
 @example(GATHER_EQUAL_INDICES)
 @example(INDEX_0D)
+@example(CUMSUM_BACKWARD)
 def test_jit_compile_mode_matches_eager(program):
     """Tier 2: each program compiles to generated, fused Numba code (about a second)."""
     jitted = _jit()(program.loss, mode="compile")

@@ -219,7 +219,8 @@ def test_matmul_loops_and_blas(rng):
     P, Q = rng.standard_normal((40, 40)), rng.standard_normal((40, 40))
 
     def f(A, B, v, u, P, Q):
-        small = nb.sum(nb.tanh(A @ B)) + nb.sum((A @ v) * u) + nb.sum(u @ A) + (v @ v)
+        small = nb.sum(nb.tanh(A @ B)) + nb.sum((A @ v) * u) + nb.sum(u @ A) + (v @ v) \
+            + nb.sum(nb.outer(u, v) * A)
         big = nb.sum(nb.sigmoid(P @ Q.T) * P)
         return small + big
 

@@ -252,3 +252,20 @@ def test_functional_namespace_and_methods(x):
     assert x.std().shape == () and x.amax((0, 1)).shape == ()
     with pytest.raises(TypeError, match="dim is required"):
         F.softmax(x)
+
+
+def test_cross_entropy_under_jit_checks_target_values_at_every_call():
+    import nbgrad.nn.functional as F
+    rng = np.random.default_rng(0)
+    logits = nb.tensor(rng.standard_normal((4, 3)), requires_grad=True)
+
+    def loss(x, t):
+        return F.cross_entropy(x, t)
+
+    step = nb.jit(nb.value_and_grad(loss))
+    value, g = step(logits, nb.tensor([0, 2, 1, 2]))
+    ref_value, ref_g = nb.value_and_grad(loss)(logits, nb.tensor([0, 2, 1, 2]))
+    np.testing.assert_allclose(value.numpy(), ref_value.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(g.numpy(), ref_g.numpy(), rtol=1e-12)
+    with pytest.raises(IndexError, match="cross_entropy: target 7 is out of bounds"):
+        step(logits, nb.tensor([0, 7, 1, 2]))

@@ -128,6 +128,9 @@ def scalar_expr(node: Node, args: list[str], arg_dtypes: list[np.dtype]) -> str:
     elif op == "lerp":
         spec = ew.TERNARY[op]
         names = {"a": args[0], "b": args[1], "c": args[2]}
+    elif op == "outer":
+        spec = ew.BINARY["mul"]
+        names = {"a": args[0], "b": args[1]}
     else:  # pragma: no cover - fusion only passes the ops above
         raise Tier2Unsupported(f"no scalar expression for {op}")
     text = _subst(spec.expr, names)

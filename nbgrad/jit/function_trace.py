@@ -41,9 +41,19 @@ from ..errors import TracerError
 from ..grad_mode import no_grad
 from ..tensor import STATE_TRACE, Tensor
 from .ir import FUNCTION, LOOP, ONCE_DIFFERENTIABLE, Graph, LoopInfo, Node, Var, make_loop
-from .pythonop import (_CTX_FIELDS, annotate, argument_attrs, fn_ref, kwargs_attr,
-                       mark_once, onnx_type, output_list, qualified_name, rebuild_args,
-                       trace_python_op)
+from .pythonop import (
+    _CTX_FIELDS,
+    annotate,
+    argument_attrs,
+    fn_ref,
+    kwargs_attr,
+    mark_once,
+    onnx_type,
+    output_list,
+    qualified_name,
+    rebuild_args,
+    trace_python_op,
+)
 from .tracer import Tracer, user_site
 
 __all__ = ["NativeBackward", "expand", "replay_function", "trace_function", "wants_function"]
@@ -55,19 +65,35 @@ class _NotNative(Exception):
     """The Function cannot take the native path (the message says why)."""
 
 
+def _traced_in(tracer, value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is, or (in lists, tuples and dicts) holds, a traced tensor."""
+    if isinstance(value, Tensor):
+        return tracer.is_traced(value)
+    if depth < 4 and isinstance(value, (list, tuple)):
+        return any(_traced_in(tracer, x, depth + 1) for x in value)
+    if depth < 4 and isinstance(value, dict):
+        return any(_traced_in(tracer, x, depth + 1) for x in value.values())
+    return False
+
+
 def wants_function(tracer, cls: type, args: tuple, kwargs: dict | None = None) -> bool:
-    """Whether ``cls.apply(*args)`` must be recorded: some tensor argument is traced."""
-    values = list(args) + list((kwargs or {}).values())
-    return any(isinstance(a, Tensor) and tracer.is_traced(a) for a in values)
+    """Whether ``cls.apply(*args)`` must be recorded: some argument is or holds a traced
+    tensor."""
+    return any(_traced_in(tracer, a) for a in list(args) + list((kwargs or {}).values()))
 
 
 def trace_function(tracer, cls: type, args: tuple, kwargs: dict) -> Any:
     """Record ``cls.apply(*args, **kwargs)`` into ``tracer`` (natively when it compiles)."""
     for k, v in kwargs.items():
-        if isinstance(v, Tensor) and tracer.is_traced(v):
-            raise TracerError(f"{user_site()}: {cls.__qualname__}.apply got the traced tensor "
-                              f"{k}= as a keyword argument; inside nbgrad.jit pass tensors to "
-                              "a custom Function positionally")
+        if _traced_in(tracer, v):
+            raise TracerError(f"{user_site()}: {cls.__qualname__}.apply got a traced tensor in "
+                              f"the keyword argument {k}=; inside nbgrad.jit pass tensors to "
+                              "a custom Function as positional arguments")
+    for i, a in enumerate(args):
+        if not isinstance(a, Tensor) and _traced_in(tracer, a):
+            raise TracerError(f"{user_site()}: argument {i} of {cls.__qualname__}.apply holds "
+                              f"a traced tensor inside a {type(a).__name__}; inside nbgrad.jit "
+                              "pass each tensor to a custom Function as its own argument")
     path = getattr(cls, "jit_path", "auto")
     if path not in PATHS:
         raise ValueError(f"{cls.__qualname__}.jit_path must be one of {PATHS}, got {path!r}")
@@ -187,18 +213,25 @@ def _probe_backward(cls: type, node: BackwardFunction, sub: Tracer, tensor_args:
             grads.append(g)
         else:
             grads.append(None)
-    try:
-        with probe, no_grad():
-            result = node.apply(grads, False)
-    except Exception as exc:
-        raise _NotNative(f"its backward does not trace ({_describe(exc)})") from exc
-    for k, g in enumerate(result):
-        if g is None:
-            continue
-        v = probe.lookup(g)
-        if v is None or not probe.is_dynamic(v):
-            raise _NotNative(f"the gradient it returns for tensor input {k} is not computed "
-                             "by nbgrad ops from the saved values and output gradients")
+    patterns = [grads]
+    diff = [k for k, g in enumerate(grads) if g is not None]
+    if not node.ctx.materialize_grads and len(diff) > 1:
+        # the backward may get None for outputs that receive no gradient: try each alone
+        patterns += [[g if k == j else None for k, g in enumerate(grads)] for j in diff]
+    for pattern in patterns:
+        try:
+            with probe, no_grad():
+                result = node.apply(pattern, False)
+        except Exception as exc:
+            raise _NotNative(f"its backward does not trace ({_describe(exc)})") from exc
+        for k, g in enumerate(result):
+            if g is None:
+                continue
+            v = probe.lookup(g)
+            if v is None or not probe.is_dynamic(v):
+                raise _NotNative(f"the gradient it returns for tensor input {k} is not "
+                                 "computed by nbgrad ops from the saved values and output "
+                                 "gradients")
     for ref, _ in probe.frozen:
         t = ref()
         if t is None or probe.lookup(t) is not None:

@@ -33,7 +33,7 @@ from .ir import LOOP, Graph, Node, Var
 #: elementwise ops beyond the scalar-expression tables
 SHAPE_ONLY = frozenset({"ones_like", "zeros_like"})
 BROADCASTS = frozenset({"expand", "broadcast_to", "sum_backward"})
-EXTRA_ELEMENTWISE = SHAPE_ONLY | BROADCASTS | {"to_dtype", "contiguous"}
+EXTRA_ELEMENTWISE = SHAPE_ONLY | BROADCASTS | {"to_dtype", "contiguous", "outer"}
 REDUCTIONS = frozenset({"sum", "mean", "sum_to"})
 
 
@@ -158,6 +158,8 @@ def operand_accesses(node: Node) -> list[Access]:
         return []
     if node.op == "index":
         return [basic_index_access(node)]
+    if node.op == "outer":  # out[i, j] = a[i] * b[j]
+        return [Access(node.inputs[0], (0,)), Access(node.inputs[1], (1,))]
     if node.op == "sum_backward":
         g = node.inputs[0]
         dims = reduced_dims(node.attrs.get("dim"), len(out))

@@ -29,8 +29,7 @@ import numpy as np
 
 from ..kernels import elementwise as ew
 from . import interpreter as I
-from .ir import (CUSTOM_KINDS, LOOP, Graph, LoopInfo, Node, Var, format_graph, node_args,
-                 type_str)
+from .ir import CUSTOM_KINDS, LOOP, Graph, LoopInfo, Node, Var, format_graph, node_args, type_str
 from .program import Executable
 
 #: single-input ops where every output element is one input element (found by

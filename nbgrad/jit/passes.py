@@ -154,15 +154,21 @@ def cse(graph: Graph) -> Graph:
 _SHAPE_ONLY = {"zeros_like", "ones_like"}
 
 
+#: constants larger than this stay computed (e.g. ones_like(x) of a big x): folding them
+#: would put a large array into the graph, its hash and generated code
+FOLD_MAX_ELEMENTS = 4096
+
+
 def fold_constants(graph: Graph) -> Graph:
-    """Evaluate nodes whose values do not depend on the graph's inputs."""
+    """Evaluate nodes whose values do not depend on the graph's inputs (small ones)."""
     from .reference import replay_arrays
     consts = dict(graph.consts)
     known = {id(v) for v in consts}
     nodes = []
     for node in graph.nodes:
         if node.op != LOOP and node.op not in IMPURE and (node.op in _SHAPE_ONLY or all(
-                v is None or id(v) in known for v in node.inputs)):
+                v is None or id(v) in known for v in node.inputs)) and all(
+                v.size <= FOLD_MAX_ELEMENTS for v in node.outputs):
             fake_ins = []
             for v in node.inputs:
                 if v is None:

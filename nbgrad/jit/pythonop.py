@@ -64,8 +64,17 @@ from ..autograd.node import Node as AutogradNode
 from ..errors import TracerError
 from ..grad_mode import STATE, no_grad
 from ..tensor import STATE_TRACE, Tensor
-from .ir import (FUNCTION, LOOP, ONCE_DIFFERENTIABLE, PYTHON_OP, PYTHON_OP_GRAD, Graph, Node,
-                 Var, type_str)
+from .ir import (
+    FUNCTION,
+    LOOP,
+    ONCE_DIFFERENTIABLE,
+    PYTHON_OP,
+    PYTHON_OP_GRAD,
+    Graph,
+    Node,
+    Var,
+    type_str,
+)
 
 __all__ = ["HANDLES", "HandleTable", "OwningExecutable", "PythonOpBackward", "live_contexts",
            "owning", "run_node", "run_owned"]
@@ -577,7 +586,7 @@ class PythonOpBackward(BackwardFunction):
         acts = [Tensor._make(a) for a in out_arrays]
         req = [e is not None for e in self.next_edges]
         return _record_grad(tracer, self.fn_cls, fattrs, handle, g_in, acts, req, result,
-                            [m for m in self.input_meta], create_graph)
+                            self.input_meta, create_graph)
 
 
 class _NoTracedDoubleBackward(AutogradNode):
@@ -704,7 +713,9 @@ def _replay_forward(node: Node, values: list) -> list[Tensor]:
     args, kwargs = rebuild_args(node.attrs, values)
     tracer = STATE_TRACE.tracer
     if tracer is not None:
-        return _trace_python_op(tracer, cls, args, kwargs)[1]
+        outs = _trace_python_op(tracer, cls, args, kwargs)[1]
+        _check_outputs(cls, outs[1:], node.outputs[1:])
+        return outs
     ctx = FunctionCtx()
     raw = user_call(cls, "forward", apply_function, cls, args, kwargs, ctx, PythonOpBackward,
                     grad=None)

@@ -18,7 +18,7 @@ from ..kernels import nn as nk
 from ..kernels import reduction as rk
 from ..kernels.blas import matmul2d
 from ..kernels.layout import c_contiguous
-from ..tensor import Tensor
+from ..tensor import STATE_TRACE, Tensor
 from . import elementwise as _elementwise
 from .dispatch import apply, as_tensor, promote_operands
 from .registry import formula_helper, get, kernel, op_function
@@ -183,7 +183,14 @@ def _check_classes(op: str, self: Tensor, target: Tensor, weight, ignore_index: 
     if weight is not None and tuple(weight.shape) != (C,):
         raise RuntimeError(f"{op}: weight must have shape ({C},) for {C} classes, got "
                            f"{tuple(weight.shape)}")
-    t = target.numpy()  # host copy: the check must not run NumPy on CUDA data
+    tracer = STATE_TRACE.tracer
+    if tracer is None or not tracer.is_traced(target):  # traced: the kernel checks
+        _check_target_values(op, target.numpy(), C, ignore_index)  # a host copy on CUDA
+
+
+def _check_target_values(op: str, t: np.ndarray, C: int, ignore_index: int) -> None:
+    """Class indices must lie in [0, C) (or equal ``ignore_index``): the kernels index
+    with them, so this runs before every CPU kernel too (e.g. in jit replays)."""
     bad = (t != ignore_index) & ((t < 0) | (t >= C))
     if bad.any():
         raise IndexError(f"{op}: target {int(t[bad].reshape(-1)[0])} is out of bounds for "
@@ -200,6 +207,7 @@ def _loss_from_samples(loss: np.ndarray, wt: np.ndarray, tshape, reduction: str,
 @kernel("nll_loss")
 def _nll_loss_kernel(logp, target, weight, ignore_index, reduction, label_smoothing):
     A, C, B = _class_layout(logp.shape)
+    _check_target_values("nll_loss", target, C, ignore_index)
     loss = np.empty(A * B, np.float64)
     wt = np.empty(A * B, np.float64)
     nk.nll_fwd(c_contiguous(logp).reshape(-1), c_contiguous(target, np.int64).reshape(-1),
@@ -213,6 +221,7 @@ def _nll_loss_backward_kernel(g, target, weight, sizes, ignore_index, reduction,
                               label_smoothing):
     sizes = tuple(sizes)
     A, C, B = _class_layout(sizes)
+    _check_target_values("nll_loss_backward", target, C, ignore_index)
     t = c_contiguous(target, np.int64).reshape(-1)
     w = _class_weight(weight, C, np.float64)
     if reduction == "none":
@@ -271,6 +280,7 @@ def nll_loss(self: Tensor, target: Tensor, weight: Tensor | None = None,
 @kernel("cross_entropy")
 def _cross_entropy_kernel(x, target, weight, ignore_index, reduction, label_smoothing):
     A, C, B = _class_layout(x.shape)
+    _check_target_values("cross_entropy", target, C, ignore_index)
     loss = np.empty(A * B, np.float64)
     wt = np.empty(A * B, np.float64)
     nk.cross_entropy_fwd(c_contiguous(x).reshape(-1), c_contiguous(target, np.int64)

@@ -64,6 +64,9 @@ class Formula:
     ops: frozenset[str]  # ops it calls (checked against the registry)
     tensor_names: frozenset[str] = field(default_factory=frozenset)  # need the values
     meta_names: frozenset[str] = field(default_factory=frozenset)  # need only metadata
+    source: str = ""  # the compiled function's text (a function named ``formula``)
+    called: frozenset[str] = field(default_factory=frozenset)  # ops called by name
+    helpers_used: frozenset[str] = field(default_factory=frozenset)
 
 
 def _dotted_name(node: ast.AST) -> str | None:
@@ -209,6 +212,20 @@ def _python_or_op(op_name: str, py_op: Callable, resolve: Callable[[str], Callab
     return apply
 
 
+def bind_names(namespace: dict, called, helpers_used, resolve: Callable,
+               helpers: dict[str, Callable]) -> None:
+    """Put the ops and metadata helpers a formula calls into its namespace."""
+    for name in helpers_used:
+        namespace[f"__hlp_{name}"] = helpers[name]
+    for name in called:
+        namespace[f"__op_{name.replace('.', '__')}"] = _LazyOp(name, resolve)
+
+
+def operator_namespace(resolve: Callable, is_tensor: Callable) -> dict:
+    """The helpers that a formula's operators compile to (``__bin_add`` ...)."""
+    return _operator_namespace(resolve, is_tensor)
+
+
 _NAMESPACES: dict[tuple, dict] = {}
 
 
@@ -250,10 +267,7 @@ def compile_formula(text: str, where: str, scope: frozenset[str],
     # the same code as compiling the tree; nothing of the raw table text is evaluated).
     source = f"def formula({', '.join(arg_names)}):\n    return {ast.unparse(body)}\n"
     namespace = dict(_operator_namespace(resolve, is_tensor))
-    for name in rewriter.helpers_used:
-        namespace[f"__hlp_{name}"] = helpers[name]
-    for name in rewriter.called:
-        namespace[f"__op_{name.replace('.', '__')}"] = _LazyOp(name, resolve)
+    bind_names(namespace, rewriter.called, rewriter.helpers_used, resolve, helpers)
     code = compile(source, filename=f"<formula {where}>", mode="exec")
     exec(code, namespace)  # the tree passed the allowlist above  # noqa: S102
     return Formula(
@@ -263,6 +277,9 @@ def compile_formula(text: str, where: str, scope: frozenset[str],
         ops=frozenset(rewriter.ops),
         tensor_names=frozenset(rewriter.value_names),
         meta_names=frozenset(rewriter.meta_names - rewriter.value_names),
+        source=source,
+        called=frozenset(rewriter.called),
+        helpers_used=frozenset(rewriter.helpers_used),
     )
 
 

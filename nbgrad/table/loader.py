@@ -66,7 +66,10 @@ def table_path() -> Path:
 
 
 def read_raw(path: Path | None = None) -> list[dict]:
-    text = (path or table_path()).read_text()
+    return parse_raw((path or table_path()).read_text())
+
+
+def parse_raw(text: str) -> list[dict]:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     data = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
     if not isinstance(data, list):
@@ -82,7 +85,8 @@ def _scope(schema: Schema) -> frozenset[str]:
 
 def build_entry(raw: dict, is_op: Callable[[str], bool], resolve: Callable[[str], Callable],
                 is_tensor: Callable[[object], bool],
-                helpers: dict[str, Callable] | None = None) -> Entry:
+                helpers: dict[str, Callable] | None = None,
+                compile_fn: Callable = compile_formula) -> Entry:
     if not isinstance(raw, dict) or "name" not in raw:
         raise TableError(f"table entry without a name: {raw!r}")
     schema = parse_schema(str(raw["name"]))
@@ -104,8 +108,8 @@ def build_entry(raw: dict, is_op: Callable[[str], bool], resolve: Callable[[str]
         if value == NON_DIFFERENTIABLE:
             nondiff_inputs.add(key)
             continue
-        formulas[key] = compile_formula(str(value), f"{where}, input {key!r}", scope,
-                                        is_op, resolve, is_tensor, helpers)
+        formulas[key] = compile_fn(str(value), f"{where}, input {key!r}", scope,
+                                   is_op, resolve, is_tensor, helpers)
     if not not_diff:
         missing = tensor_params - set(formulas) - nondiff_inputs
         if missing:
@@ -128,10 +132,11 @@ def build_entry(raw: dict, is_op: Callable[[str], bool], resolve: Callable[[str]
 def load_table(is_op: Callable[[str], bool], resolve: Callable[[str], Callable],
                is_tensor: Callable[[object], bool], path: Path | None = None,
                helpers: dict[str, Callable] | None = None,
-               raw_entries: list[dict] | None = None) -> dict[str, Entry]:
+               raw_entries: list[dict] | None = None,
+               compile_fn: Callable = compile_formula) -> dict[str, Entry]:
     entries: dict[str, Entry] = {}
     for raw in raw_entries if raw_entries is not None else read_raw(path):
-        entry = build_entry(raw, is_op, resolve, is_tensor, helpers)
+        entry = build_entry(raw, is_op, resolve, is_tensor, helpers, compile_fn)
         if entry.name in entries:
             raise TableError(f"derivatives.yaml: entry {entry.name!r} appears twice")
         entries[entry.name] = entry

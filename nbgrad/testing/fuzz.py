@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from .. import ops as nb
+from .. import ops as nb  # the op functions, called as ``nb.NAME`` like nbgrad's own
 from ..factories import tensor
 from ..grad_mode import no_grad
 from ..nn import functional as F
@@ -170,6 +170,7 @@ FUZZ_OPS: dict[str, FuzzOp] = {}
 
 
 def _op(name: str, entry: str | None = "", run: Callable | None = None) -> None:
+    """Register step kind ``name`` exercising table entry ``entry`` (default: ``name``)."""
     FUZZ_OPS[name] = FuzzOp(run, name if entry == "" else entry)
 
 
@@ -187,6 +188,7 @@ for _name in _UNARY_DOMAINS:
     _op(_name, run=lambda xs, p, _n=_name: _fn(_n)(xs[0]))
 
 _BINARY_DOMAINS = {name: (da, db) for name, (da, db, _ref) in _BINARY.items()}
+# any dividend: the steps keep the quotient away from the jumps (see _binary_ok)
 _BINARY_DOMAINS["fmod"] = _BINARY_DOMAINS["remainder"] = ("real", "positive")
 
 
@@ -218,8 +220,8 @@ _op("max_dim", run=lambda xs, p: nb.max(xs[0], p[0], p[1]).values)
 _op("min_dim", run=lambda xs, p: nb.min(xs[0], p[0], p[1]).values)
 for _name in ("cumsum", "cumprod", "softmax", "log_softmax"):
     _op(_name, run=lambda xs, p, _n=_name: _fn(_n)(xs[0], p[0]))
-_op("sort", run=lambda xs, p: nb.sort(xs[0], p[0], p[1]).values)
-_op("topk", run=lambda xs, p: nb.topk(xs[0], p[2], p[0], p[1]).values)
+_op("sort", run=lambda xs, p: nb.sort(xs[0], p[0], p[1]).values)  # (dim, descending)
+_op("topk", run=lambda xs, p: nb.topk(xs[0], p[2], p[0], p[1]).values)  # (dim, largest, k)
 _op("layer_norm", run=lambda xs, p: F.layer_norm(xs[0], p[0], *xs[1:]))
 
 # shape ops

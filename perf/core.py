@@ -184,13 +184,20 @@ def compare(got: Output, want: Output) -> dict:
 
 
 def parse_selection(text: str | None) -> list[str] | None:
-    """Split a comma list of frameworks or ``framework:variant`` ids, resolving aliases."""
+    """Split a comma list of frameworks or ``framework:variant`` ids, resolving aliases.
+
+    ``all`` stands for every framework (their default rows): ``all,torch:compile`` adds
+    the opt-in torch.compile rows to a full run.
+    """
     if not text:
         return None
     out = []
     for token in text.split(","):
         token = token.strip().lower()
         if not token:
+            continue
+        if token == "all":
+            out.extend(FRAMEWORKS)
             continue
         fw, _, variant = token.partition(":")
         fw = FRAMEWORK_ALIASES.get(fw, fw)

@@ -142,6 +142,8 @@ def summary_table(cases: list[dict]) -> str:
     cols = [("numba:floor", "floor"), ("nbgrad:eager", "nbgrad eager"),
             ("nbgrad:jit", "nbgrad jit"), ("torch:eager", "PyTorch eager"),
             ("jax:jit", "JAX jit"), ("autograd:eager", "HIPS autograd")]
+    if any(r["impl"] == "torch:compile" for c in cases for r in c["rows"]):
+        cols.insert(4, ("torch:compile", "torch.compile"))
     lines = ["| workload | " + " | ".join(c[1] for c in cols)
              + " | nbgrad best / best peer |",
              "|---|" + "---:|" * len(cols) + "---|"]

@@ -22,6 +22,7 @@ print("RESULT", *x.grad.tolist())
 
 def run(cache: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, NBGRAD_CACHE_DIR=str(cache))
+    env.pop("NUMBA_CACHE_DIR", None)  # Numba must cache next to the generated code
     return subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
                           text=True, timeout=300)
 

@@ -66,6 +66,12 @@ INDEX_0D = Program(nodes=(Leaf(shape=(), domain="gt1"),
 #   received its all-ones coefficients [1., 1.] as the scalar 1.0.
 CUMSUM_BACKWARD = Program(nodes=(Leaf(shape=(2,), domain="gt1"),
                                  Step(op="cumsum", inputs=(0,), params=(0,))), seed=1314667)
+# - a multi-output op through the objmode fallback with an output nobody reads (the
+#   second piece of a split) made Numba reject the generated code.
+SPLIT_UNUSED_OUTPUT = Program(nodes=(Leaf(shape=(), domain="gt1"),
+                                     Leaf(shape=(2,), domain="gt1"),
+                                     Step(op="split", inputs=(1,), params=(1, 0, 0))),
+                              seed=1736)
 
 
 def _grads(program: Program, fn) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -141,6 +147,7 @@ def test_jit_values_and_gradients_match_eager(program):
 @example(GATHER_EQUAL_INDICES)
 @example(INDEX_0D)
 @example(CUMSUM_BACKWARD)
+@example(SPLIT_UNUSED_OUTPUT)
 def test_jit_compile_mode_matches_eager(program):
     """Tier 2: each program compiles to generated, fused Numba code (about a second)."""
     jitted = _jit()(program.loss, mode="compile")

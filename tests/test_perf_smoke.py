@@ -139,6 +139,11 @@ def test_relative_error_and_selection():
     assert "nbgrad:jit-compile" not in [i.id for i in w1.IMPLS if selected(i, ["nbgrad"])]
     assert "nbgrad:jit-compile" in [i.id for i in w1.IMPLS
                                     if selected(i, ["nbgrad:jit-compile"])]
+    w3 = workloads.get("W3")
+    every = parse_selection("all,torch:compile")
+    assert [i.id for i in w3.IMPLS if selected(i, every)] == [
+        i.id for i in w3.IMPLS if i.default or i.id == "torch:compile"]
+    assert "torch:compile" not in [i.id for i in w3.IMPLS if selected(i, None)]
     with pytest.raises(ValueError, match="unknown framework"):
         parse_selection("tensorflow")
     with pytest.raises(ValueError, match="unknown workload"):

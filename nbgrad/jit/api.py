@@ -1,12 +1,15 @@
 """``nbgrad.jit``: trace once per signature, then run the graph natively.
 
 A call looks up the signature of its arguments (the structure of nested
-tuples/lists/dicts, each tensor's shape, dtype and requires_grad flag, the values
-of static arguments and of every non-tensor leaf, and the grad mode) in a bounded
-LRU cache. On a miss the function is traced (see :mod:`nbgrad.jit.tracer`): that first
-call runs eagerly and its results are returned. Later calls run the optimised graph
-through an :class:`~nbgrad.jit.program.Executable` (tier 1: the precompiled tape
-interpreter, one native call when every op is supported).
+tuples/lists/dicts, each tensor's shape, dtype, requires_grad flag and device type,
+the values of static arguments and of every non-tensor leaf, and the grad mode) in a
+bounded LRU cache. On a miss the function is traced (see :mod:`nbgrad.jit.tracer`):
+that first call runs eagerly and its results are returned. Later calls run the
+optimised graph through an :class:`~nbgrad.jit.program.Executable` (tier 1: the
+precompiled tape interpreter, one native call when every op is supported). A graph
+of CUDA tensors runs on :class:`nbgrad.cuda.fusion.CudaExecutable` instead: one
+generated ``@cuda.jit`` kernel per fused elementwise region, eager CUDA kernels for
+the other nodes (its backward graph alike).
 
 Outputs that require grad get one autograd node, :class:`JitBackward`. Its backward
 runs a backward graph natively; the forward then runs a graph that also returns the
@@ -32,8 +35,10 @@ from typing import Any
 import numpy as np
 
 from ..autograd.node import RETAIN_GRAPH_MESSAGE, Node, SavedTensor, gradient_edge
+from ..backends import is_cuda_array, to_host
 from ..errors import TracerError
 from ..grad_mode import STATE
+from .. import dtypes
 from ..tensor import Tensor
 from . import pytree
 from .ir import Graph, check, format_graph
@@ -59,8 +64,9 @@ class _Static:
 def _leaf_key(leaf: Any, grad_enabled: bool, where: str) -> tuple:
     if isinstance(leaf, Tensor):
         return ("T", leaf._data.shape, leaf._data.dtype.str,
-                grad_enabled and leaf._requires_grad)
+                grad_enabled and leaf._requires_grad, leaf._device.type)
     if isinstance(leaf, np.ndarray):
+        dtypes.as_dtype(leaf.dtype)  # float16 and other unsupported dtypes: a clear TypeError
         return ("A", leaf.shape, leaf.dtype.str)
     value = leaf.value if isinstance(leaf, _Static) else leaf
     try:
@@ -98,6 +104,7 @@ class Jitted:
         self.cache_size = max(int(cache_size), 1)
         self._cache: OrderedDict[tuple, _Entry] = OrderedDict()
         self._lock = threading.RLock()
+        self._pending: dict[tuple, threading.Event] = {}  # signatures being traced now
         self.traces = 0  # how many times the function was traced
         functools.update_wrapper(self, fn)
 
@@ -118,20 +125,31 @@ class Jitted:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         sig = self._signature(args, kwargs)
-        with self._lock:
-            entry = self._cache.get(sig.key)
-            if entry is not None and entry.valid():
-                self._cache.move_to_end(sig.key)
-            else:
+        while True:
+            with self._lock:
+                entry = self._cache.get(sig.key)
+                if entry is not None and entry.valid():
+                    self._cache.move_to_end(sig.key)
+                    break
                 entry = None
+                pending = self._pending.get(sig.key)
+                if pending is None:  # this thread traces the signature; others wait
+                    pending = self._pending[sig.key] = threading.Event()
+                    break
+            pending.wait()  # another thread is tracing this signature: use its result
         if entry is not None:
             return entry.call(sig.leaves)
-        entry, result = self._trace(sig)
-        with self._lock:
-            self._cache[sig.key] = entry
-            self._cache.move_to_end(sig.key)
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+        try:
+            entry, result = self._trace(sig)
+            with self._lock:
+                self._cache[sig.key] = entry
+                self._cache.move_to_end(sig.key)
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+        finally:
+            with self._lock:
+                del self._pending[sig.key]
+            pending.set()
         return result
 
     def _entry(self, args: tuple, kwargs: dict) -> _Entry:
@@ -152,7 +170,8 @@ class Jitted:
             if isinstance(leaf, (Tensor, np.ndarray)):
                 arr = leaf._data if isinstance(leaf, Tensor) else np.asarray(leaf)
                 r = bool(grad and isinstance(leaf, Tensor) and leaf._requires_grad)
-                t = Tensor._make(arr, requires_grad=r)
+                t = Tensor._make(arr, requires_grad=r, device=leaf._device) \
+                    if isinstance(leaf, Tensor) else Tensor._make(arr, requires_grad=r)
                 tracer.add_input(t)
                 trace_leaves.append(t)
                 dynamic.append(k)
@@ -174,13 +193,17 @@ class Jitted:
                     diff.append(bool(leaf._requires_grad and leaf.dtype.kind == "f"))
         implicit = [t for t, _ in tracer.implicit]
         rg += [bool(grad and t._requires_grad) for t in implicit]
+        cuda = any(isinstance(leaf, Tensor) and leaf._device.type == "cuda"
+                   for leaf in sig.leaves) or any(t._device.type == "cuda" for t in implicit)
         check(graph)
-        graph = reroll(graph)
-        check(graph)
+        if not cuda:  # (the CUDA executor runs no loop nodes)
+            graph = reroll(graph)
+            check(graph)
         entry = _Entry(self, graph, dynamic, implicit, tuple(rg), out_spec, out_leaves,
-                       out_pos, tuple(diff), tracer.frozen_alive())
+                       out_pos, tuple(diff), tracer.frozen_alive(), cuda)
         # the first call returns what the trace computed
-        arrays = [np.array(out_leaves[k]._data, copy=True) for k in out_pos]
+        arrays = [out_leaves[k]._data.copy() if is_cuda_array(out_leaves[k]._data)
+                  else np.array(out_leaves[k]._data, copy=True) for k in out_pos]
         user_inputs = [sig.leaves[k] for k in dynamic] + implicit
         return entry, entry.finish(user_inputs, arrays, None)
 
@@ -190,7 +213,8 @@ class Jitted:
         return self._entry(args, kwargs).describe()
 
     def source(self, *args: Any, **kwargs: Any) -> str:
-        """The tier-1 tape (or tier-2 generated code) that runs for these arguments."""
+        """The tier-1 tape (or tier-2 generated code, or the fused CUDA kernels of a graph
+        of CUDA tensors) that runs for these arguments."""
         return self._entry(args, kwargs).source()
 
     def cache_info(self) -> dict:
@@ -211,7 +235,7 @@ class _Entry:
 
     def __init__(self, owner: Jitted, graph: Graph, dynamic: list[int], implicit: list[Tensor],
                  rg: tuple[bool, ...], out_spec: tuple, out_leaves: list, out_pos: list[int],
-                 diff: tuple[bool, ...], frozen: list) -> None:
+                 diff: tuple[bool, ...], frozen: list, cuda: bool = False) -> None:
         from .passes import optimize
         self.owner = owner
         self.traced = graph
@@ -226,7 +250,9 @@ class _Entry:
         self.diff = diff
         self.frozen = frozen
         self.calls = 0
-        self.tier = "reference" if owner.mode == "reference" else (
+        #: a graph of CUDA tensors (run by nbgrad.cuda.fusion, never promoted to tier 2)
+        self.cuda = cuda
+        self.tier = "reference" if owner.mode == "reference" else "cuda" if cuda else (
             "compile" if owner.mode == "compile" else "interpret")
         self._exe: dict[str, Executable] = {}
         self._split = None
@@ -268,6 +294,8 @@ class _Entry:
             from .autodiff import split_vjp
             if example is None:
                 example = [np.zeros(v.shape, v.dtype) for v in self.graph.inputs]
+            if self.cuda:  # the joint graph is traced on the CPU (ops are device-neutral)
+                example = [to_host(a) for a in example]
             self._split = split_vjp(self.graph, self.rg, example)
         return self._split
 
@@ -294,7 +322,8 @@ class _Entry:
     def finish(self, user_inputs: list, arrays: list[np.ndarray],
                residuals: list[np.ndarray] | None) -> Any:
         """Wrap output arrays as tensors (with a JitBackward node when needed)."""
-        outs = [Tensor._make(a) for a in arrays]
+        outs = [Tensor._make(a) for a in arrays] if not self.cuda else \
+            [Tensor._make(a, device=_device_of(a)) for a in arrays]
         if any(self.rg) and any(self.diff) and STATE.grad_enabled:
             edges = [gradient_edge(t) if r else None
                      for t, r in zip(user_inputs, self.rg, strict=True)]
@@ -304,7 +333,8 @@ class _Entry:
                           else SavedTensor(Tensor._make(np.asarray(t)), "jit input")
                           for t in user_inputs]
             node.residuals = residuals
-            node.out_meta = [(a.shape, a.dtype) for a in arrays]
+            node.out_meta = [(a.shape, a.dtype, t._device) for a, t in zip(arrays, outs,
+                                                                           strict=True)]
             for k, t in enumerate(outs):
                 if self.diff[k]:
                     t._requires_grad = True
@@ -354,8 +384,10 @@ class JitBackward(Node):
         for k in joint.diff:
             g = grads[k] if k < len(grads) else None
             if g is None:
-                shape, dtype = self.out_meta[k]
+                shape, dtype, device = self.out_meta[k]
                 g = Tensor._make(np.zeros(shape, dtype))
+                if device.type != "cpu":
+                    g = g.to(device)
             cts.append(g)
         out: list = [None] * len(inputs)
         if create_graph:
@@ -376,8 +408,14 @@ class JitBackward(Node):
                         else ct_of[k]._data)
         gs = entry.executable("bwd").run(vals)
         for i, g in zip(joint.wrt, gs, strict=True):
-            out[i] = Tensor._make(g)
+            out[i] = Tensor._make(g) if not entry.cuda else Tensor._make(g, device=_device_of(g))
         return out
+
+
+def _device_of(array):
+    """The device of an output array of a CUDA graph (CUDA data, or a host array)."""
+    from ..cuda.fusion import device_of_array
+    return device_of_array(array)
 
 
 def _grad_graph(split) -> Graph:

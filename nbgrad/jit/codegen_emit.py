@@ -54,6 +54,11 @@ MAX_GROUPS = 250
 
 
 # ------------------------------------------------------------------ the emitter
+
+def fill(name: str, shape: tuple[int, ...], value: str) -> str:
+    """A statement setting every element of array ``name`` (Numba has no 0-d ``fill``)."""
+    return f"{name}.fill({value})" if shape else f"{name}[...] = {value}"
+
 class FunctionEmitter(OpsEmitter):
     """Writes the entry function of one graph (see the module docstring)."""
 
@@ -209,7 +214,7 @@ class FunctionEmitter(OpsEmitter):
         dest = scope.dest.pop(id(v), None)
         if dest is not None:
             if zero:
-                self.line(f"{dest}.fill(0)")
+                self.line(fill(dest, v.shape, "0"))
             s = Store(dest, "array", v.shape, v.dtype)
             scope.stores[id(v)] = s
             return s
@@ -368,7 +373,7 @@ class FunctionEmitter(OpsEmitter):
         direct = out.dtype == acc_dt and red.count is None
         tmp = Var(out.shape, acc_dt)
         acc = s.name if direct else scope.pool.alloc(tmp, f"acc{self.num(out)}")
-        pre[0].append(f"{acc}.fill(0)  # {comment}")
+        pre[0].append(f"{fill(acc, out.shape, '0')}  # {comment}")
         idx = ", ".join("0" if d is None else f"i{d}" for d in red.out_dims)
         code[nd].append(f"{acc}[{idx}] += {val}")
         if not direct:
@@ -487,7 +492,7 @@ class FunctionEmitter(OpsEmitter):
         setitem slowly: seconds per statement)."""
         if src.kind == "literal":
             self.line(f"{dst}[{prefix.rstrip(', ')}] = {src.name}" if prefix else
-                      f"{dst}.fill({src.name})")
+                      fill(dst, shape, src.name))
             return
         value = src.name if src.kind == "scalar" else None
         if not shape:

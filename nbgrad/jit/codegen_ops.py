@@ -201,7 +201,8 @@ class OpsEmitter:
             if v is None:
                 continue
             s = scope.get(v)
-            args.append(s.array)
+            # a uniform constant is held as a literal: the kernel needs the whole array
+            args.append(self.array_of(v, scope) if s.kind == "literal" else s.array)
         names = [self.fresh_name(f"v{self.num(v)}" + ("_" if v.shape == () else ""))
                  for v in node.outputs]
         types = ", ".join(f"{n}='{objmode_type(v.dtype, max(v.ndim, 1))}'"
@@ -211,6 +212,8 @@ class OpsEmitter:
         call = f"_fallback({key}" + "".join(f", {a}" for a in args) + ")"
         lhs = ", ".join(names) + ("," if len(names) == 1 else "")
         self.line(f"{lhs} = {call}", 1)
+        # Numba needs every annotated output live after the block (e.g. an unused split)
+        self.line(f"_outputs_{key} = ({lhs})")
         for n, v in zip(names, node.outputs, strict=True):
             if v.shape == ():
                 s = self.define_scalar(v, scope)

@@ -211,7 +211,8 @@ class Pool:
             self.fn.prologue.append(f"{slot} = np.empty({var.shape!r}, {np_type(var.dtype)})")
             self.key_of[slot] = key
         if zero:  # here, not in the prologue: a loop body runs this every step
-            self.fn.line(f"{slot}.fill(0)")
+            from .codegen_emit import fill
+            self.fn.line(fill(slot, var.shape, "0"))
         self.refs[slot] = {id(var)}
         return slot
 

@@ -375,6 +375,9 @@ def plan(graph: Graph, outputs: Sequence[Var] | None = None) -> Plan:
             shape = node.outputs[0].shape
             others = [g for g in (gof(v) for v in reads) if g is not None]
             my_late = {gof(v) for v in reads if gof(v) is not None and id(v) in late[gof(v)]}
+            # a value read at another element (``y[::-1]``) comes from memory: not fused
+            my_late.update(gof(a.var) for a in operand_accesses(node)
+                           if gof(a.var) is not None and not a.is_identity(shape))
             cands: list[int] = []
             for g in others:
                 if groups[g].kind == "region" and groups[g].shape == shape \

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..backends import is_cuda_array
 from .ir import Graph, LoopInfo, format_graph
 
 
@@ -31,8 +32,9 @@ class Executable:
         from .reference import replay_arrays
         outs = replay_arrays(self.graph, arrays)
         ins = {id(a) for a in arrays}
-        return [np.array(o, copy=True) if id(o) in ins or not o.flags.writeable
-                or o.base is not None else o for o in outs]
+        return [(o.copy() if is_cuda_array(o) else np.array(o, copy=True))
+                if id(o) in ins or not o.flags.writeable or o.base is not None else o
+                for o in outs]
 
     def source(self) -> str:
         return "# reference executor: the graph replayed with eager ops\n" + \
@@ -52,7 +54,8 @@ def tier2():
 
 
 def build(graph: Graph, tier: str = "interpret") -> Executable:
-    """An executable of ``graph`` for ``tier`` ("interpret", "compile" or "reference").
+    """An executable of ``graph`` for ``tier`` ("interpret", "compile", "reference", or
+    "cuda" for a graph of CUDA tensors: :class:`nbgrad.cuda.fusion.CudaExecutable`).
 
     Native custom Function nodes are inlined first; a graph with PythonOps gets an
     executable that owns their context handles (:func:`nbgrad.jit.pythonop.owning`).
@@ -63,6 +66,9 @@ def build(graph: Graph, tier: str = "interpret") -> Executable:
     graph = expand(graph)
     if tier == "reference":
         return owning(Executable(graph))
+    if tier == "cuda":  # a graph of CUDA tensors: fused @cuda.jit kernels
+        from ..cuda.fusion import CudaExecutable
+        return owning(CudaExecutable(graph))
     if tier == "compile":
         gen = tier2()
         if gen is not None:

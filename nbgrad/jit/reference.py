@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..backends import is_cuda_array, to_device
+from ..device import Device
 from ..tensor import STATE_TRACE, Tensor
 from .ir import CUSTOM_KINDS, LOOP, Graph, LoopInfo, node_args
 
@@ -26,8 +28,12 @@ def replay(graph: Graph, inputs: Sequence[Tensor]) -> list[Tensor]:
         raise RuntimeError(f"replay: the graph takes {len(graph.inputs)} inputs, got "
                            f"{len(inputs)}")
     env: dict[int, Tensor] = {id(v): t for v, t in zip(graph.inputs, inputs, strict=True)}
+    # constants (host arrays) live on the device of the inputs (the first CUDA one)
+    device = next((t._device for t in inputs if t is not None and t._device.type != "cpu"),
+                  None)
     for v, arr in graph.consts.items():
-        env[id(v)] = Tensor._make(arr)
+        env[id(v)] = Tensor._make(arr) if device is None else \
+            Tensor._make(to_device(arr, device), device=device)
     for node in graph.nodes:
         values = [None if v is None else env[id(v)] for v in node.inputs]
         if node.op == LOOP:
@@ -46,11 +52,14 @@ def replay(graph: Graph, inputs: Sequence[Tensor]) -> list[Tensor]:
 def replay_arrays(graph: Graph, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Replay on plain arrays, recording nothing (no tracer, no autograd)."""
     from ..grad_mode import no_grad
+    cuda_device = Device.of("cuda")
     prev = STATE_TRACE.tracer
     STATE_TRACE.tracer = None
     try:
         with no_grad():
-            outs = replay(graph, [Tensor._make(np.asarray(a)) for a in arrays])
+            outs = replay(graph, [Tensor._make(a, device=cuda_device)
+                                  if is_cuda_array(a) else Tensor._make(np.asarray(a))
+                                  for a in arrays])
     finally:
         STATE_TRACE.tracer = prev
     return [t._data for t in outs]

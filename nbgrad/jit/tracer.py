@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backends import is_cuda_array
 from ..errors import TracerError
 from ..tensor import STATE_TRACE, Tensor
 from .ir import Graph, Node, Var
@@ -158,6 +159,8 @@ class Tracer:
     def constant(self, t: Tensor | np.ndarray) -> Var:
         """A constant var holding the current value of ``t`` (shared for equal values)."""
         arr = t._data if isinstance(t, Tensor) else t
+        if is_cuda_array(arr):  # constants are host arrays; CUDA graphs upload them
+            return self._cuda_constant(t, arr)
         arr = np.asarray(arr)
         if arr.size <= _SMALL:
             key = (arr.dtype.str, arr.shape, arr.tobytes())
@@ -173,6 +176,20 @@ class Tracer:
                 self._keep.append(arr)
                 v = self.graph.add_const(arr)
                 self._big[id(arr)] = (arr, version, v)
+        if isinstance(t, Tensor):
+            self.frozen.append((weakref.ref(t), t._version_box[0]))
+        return v
+
+    def _cuda_constant(self, t: Tensor | object, arr) -> Var:
+        """A constant var for CUDA data (copied to the host once per array and version)."""
+        version = t._version_box[0] if isinstance(t, Tensor) else 0
+        entry = self._big.get(id(arr))
+        if entry is not None and entry[0] is arr and entry[1] == version:
+            v = entry[2]
+        else:
+            self._keep.append(arr)
+            v = self.graph.add_const(arr.copy_to_host())
+            self._big[id(arr)] = (arr, version, v)
         if isinstance(t, Tensor):
             self.frozen.append((weakref.ref(t), t._version_box[0]))
         return v

@@ -77,6 +77,21 @@ def _build_torch(inp, p):
     return step
 
 
+def _build_torch_compile(inp, p):
+    import torch
+
+    def f(x):
+        return (torch.sin(x) * torch.exp(-x * x) + torch.tanh(x)).sum()
+
+    cf = torch.compile(f)
+    x = torch.tensor(inp["x"], requires_grad=True)
+
+    def step():
+        loss = cf(x)
+        return loss, torch.autograd.grad(loss, x)
+    return step
+
+
 def _build_jax(inp, p):
     import jax
     import jax.numpy as jnp
@@ -121,6 +136,7 @@ IMPLS = [
     Impl("nbgrad", "jit-compile", "nbgrad jit (tier 2 compiled)",
          partial(_build_nbgrad_jit, mode="compile"), default=False),
     Impl("torch", "eager", "PyTorch eager", _build_torch),
+    Impl("torch", "compile", "torch.compile", _build_torch_compile, default=False),
     Impl("jax", "jit", "JAX jit", _build_jax),
     Impl("autograd", "eager", "HIPS autograd", _build_autograd),
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from functools import partial
 
 import numpy as np
 
@@ -167,7 +168,7 @@ def _build_nbgrad_jit_pythonop(inp, p):
 
 # ---------------------------------------------------------------- peers
 
-def _build_torch(inp, p):
+def _torch_softclip():
     import torch
 
     class SoftClip(torch.autograd.Function):
@@ -182,14 +183,26 @@ def _build_torch(inp, p):
             d = 1.0 + x.abs()
             return g / (d * d)
 
-    x0 = torch.tensor(inp["x"], requires_grad=True)
+    return SoftClip
+
+
+def _build_torch(inp, p, compile_: bool = False):
+    import torch
+
+    softclip = _torch_softclip().apply
     steps = p["steps"]
 
-    def step():
-        x = x0
+    def loss_fn(x):
         for _ in range(steps):
-            x = 0.9 * x + 0.1 * SoftClip.apply(x)
-        loss = x.sum()
+            x = 0.9 * x + 0.1 * softclip(x)
+        return x.sum()
+
+    if compile_:
+        loss_fn = torch.compile(loss_fn)
+    x0 = torch.tensor(inp["x"], requires_grad=True)
+
+    def step():
+        loss = loss_fn(x0)
         return loss, torch.autograd.grad(loss, x0)
     return step
 
@@ -270,6 +283,8 @@ IMPLS = [
          _build_nbgrad_jit_pythonop, inspect=_inspect_pythonop,
          skip_when=_function_unsupported),
     Impl("torch", "eager", "PyTorch eager (autograd.Function)", _build_torch),
+    Impl("torch", "compile", "torch.compile (autograd.Function)",
+         partial(_build_torch, compile_=True), default=False),
     Impl("jax", "jit", "JAX jit (custom_vjp, fori_loop)", _build_jax),
     Impl("autograd", "eager", "HIPS autograd (primitive)", _build_autograd),
 ]

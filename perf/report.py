@@ -11,7 +11,7 @@ import json
 import math
 from pathlib import Path
 
-from .core import FRAMEWORK_TITLES, PEERS
+from .core import PEERS
 
 NOTE_CHARS = 180  # notes longer than this are cut in tables (the JSON keeps them whole)
 STATUS_TEXT = {"skipped": "skipped", "error": "error", "mismatch": "MISMATCH",
@@ -155,7 +155,7 @@ def summary_table(cases: list[dict]) -> str:
         if nb and bp:
             best = min(nb, key=lambda r: r["median_s"])
             verdict = (f"{fmt_ratio(best['median_s'] / bp['median_s'])} "
-                       f"({best['variant']} vs {FRAMEWORK_TITLES[bp['framework']]})")
+                       f"({best['variant']} vs {bp['label'].split(' (')[0]})")
         else:
             verdict = "–"
         size = "" if case.get("size") == "full" else f" [{case.get('size')}]"

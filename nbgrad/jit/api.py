@@ -34,11 +34,11 @@ from typing import Any
 
 import numpy as np
 
+from .. import dtypes
 from ..autograd.node import RETAIN_GRAPH_MESSAGE, Node, SavedTensor, gradient_edge
 from ..backends import is_cuda_array, to_host
 from ..errors import TracerError
 from ..grad_mode import STATE
-from .. import dtypes
 from ..tensor import Tensor
 from . import pytree
 from .ir import Graph, check, format_graph

@@ -51,6 +51,9 @@ __all__ = ["MAX_GROUPS", "FunctionEmitter", "Pool", "Scope", "Store", "Tier2Unsu
 #: time grows faster than linearly with the function's size (an unrolled trace that was
 #: not re-rolled into a loop would take minutes)
 MAX_GROUPS = 250
+#: graphs with more nodes in one scope are refused before fusion planning (an unrolled
+#: trace that was not re-rolled: planning it alone would take minutes)
+MAX_NODES = 5000
 
 
 # ------------------------------------------------------------------ the emitter
@@ -165,6 +168,8 @@ class FunctionEmitter(OpsEmitter):
 
     # -------------------------------------------------------------- one scope
     def emit_graph(self, g: Graph, scope: Scope, outputs: Sequence[Var]) -> None:
+        if len(g.nodes) > MAX_NODES:  # planning fusion itself would take minutes
+            self.too_large(len(g.nodes))
         opaque = sum(1 for n in g.nodes if n.op == LOOP or not (
             fusion.is_elementwise(n) or fusion.is_reduction(n)))
         if self.groups_total + opaque > MAX_GROUPS:  # known before planning (which is

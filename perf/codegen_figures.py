@@ -39,6 +39,8 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
+from perf.workloads.floors import w1_rollout  # noqa: E402 - the W1 floor of the runner
+
 ROOT = Path(__file__).resolve().parents[1]
 DT, DECAY, LAM = 0.01, 0.1, 1e-3
 SIZES = {
@@ -51,48 +53,6 @@ TITLES = {"W1": "W1 rollout, fori_loop", "W1u": "W1 rollout, unrolled Python loo
 
 
 # ------------------------------------------------------------------ hand-written floors
-@njit(cache=True, nogil=True, fastmath=True)
-def w1_floor(W, b, x0, steps, dt, decay):
-    """W1 forward and adjoint in two fused loops (the spike's A0)."""
-    n = x0.shape[0]
-    c = 1.0 - dt * decay
-    xs = np.empty((steps + 1, n))
-    hs = np.empty((steps, n))
-    xs[0, :] = x0
-    for t in range(steps):
-        for i in range(n):
-            acc = b[i]
-            for j in range(n):
-                acc += W[i, j] * xs[t, j]
-            h = np.tanh(acc)
-            hs[t, i] = h
-            xs[t + 1, i] = c * xs[t, i] + dt * h
-    loss = 0.0
-    for i in range(n):
-        loss += xs[steps, i] * xs[steps, i]
-    gW = np.zeros((n, n))
-    gb = np.zeros(n)
-    gx = np.empty(n)
-    gxn = np.empty(n)
-    ga = np.empty(n)
-    for i in range(n):
-        gx[i] = 2.0 * xs[steps, i]
-    for t in range(steps - 1, -1, -1):
-        for i in range(n):
-            h = hs[t, i]
-            ga[i] = gx[i] * dt * (1.0 - h * h)
-            gb[i] += ga[i]
-        for j in range(n):
-            gxn[j] = c * gx[j]
-        for i in range(n):
-            g = ga[i]
-            for j in range(n):
-                gW[i, j] += g * xs[t, j]
-                gxn[j] += W[i, j] * g
-        gx, gxn = gxn, gx
-    return loss, gW, gb
-
-
 @njit(cache=True, nogil=True, fastmath=True)
 def w3_floor(x):
     """W3 loss and gradient in one loop, with libm ``tanh`` (the math tier 2 emits)."""
@@ -199,7 +159,8 @@ def build_tier2(name: str, inp: dict, mode: str = "compile"):
 
 def build_floor(name: str, inp: dict) -> Callable:
     if name in ("W1", "W1u"):
-        return lambda: w1_floor(inp["W"], inp["b"], inp["x0"], inp["steps"], DT, DECAY)
+        assert DECAY == 0.1  # the floor's W1 has WORKLOADS.md's fixed decay
+        return lambda: w1_rollout(inp["W"], inp["b"], inp["x0"], inp["steps"], DT)
     if name == "W3":
         return lambda: w3_floor(inp["x"])
     return lambda: w4_floor(inp["X"], inp["y"], inp["w"], inp["v"], LAM)

@@ -97,3 +97,19 @@ def test_compiled_formulas_are_cached_and_a_damaged_cache_is_rebuilt(warm_cache)
     assert "cached formulas were damaged" in proc.stderr
     assert "FORMULAS = {" in formulas.read_text()  # rewritten whole
     assert "damaged" not in run(cache).stderr
+
+
+def test_a_cache_written_by_an_older_version_is_not_used(warm_cache, tmp_path):
+    _, expected = warm_cache
+    cache = tmp_path / "cache"
+    old = cache / "nbgrad-0.0.1-numba-0.50.0-py311"  # what an older nbgrad left behind
+    old.mkdir(parents=True)
+    for name in ("elementwise_0000000000000000.py", "formulas_0000000000000000.py"):
+        (old / name).write_text("raise RuntimeError('an old module was imported')\n")
+    (old / "__pycache__").mkdir()
+    (old / "__pycache__" / "elementwise_x.binary_mul-1.py311.nbi").write_bytes(b"old")
+    proc = run(cache)
+    assert result(proc) == expected
+    assert "compile cache" not in proc.stderr and "damaged" not in proc.stderr
+    current = [p.name for p in cache.iterdir() if p != old]
+    assert current and all(name.startswith("nbgrad-0.1.0-") for name in current)

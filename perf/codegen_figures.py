@@ -39,7 +39,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
-from perf.workloads.floors import w1_rollout  # noqa: E402 - the W1 floor of the runner
+from perf.workloads.floors import w1_rollout, w4_hvp  # noqa: E402 - the runner's floors
 
 ROOT = Path(__file__).resolve().parents[1]
 DT, DECAY, LAM = 0.01, 0.1, 1e-3
@@ -67,33 +67,6 @@ def w3_floor(x):
         loss += s * e + t
         g[i] = e * (np.cos(v) - 2.0 * v * s) + 1.0 - t * t
     return loss, g
-
-
-@njit(cache=True, nogil=True, fastmath=True)
-def w4_floor(X, y, w, v, lam):
-    """W4 loss and H v of L2-regularised logistic regression, two passes over X."""
-    n, d = X.shape
-    loss = 0.0
-    u = np.empty(n)
-    for i in range(n):
-        z = 0.0
-        xv = 0.0
-        for j in range(d):
-            z += X[i, j] * w[j]
-            xv += X[i, j] * v[j]
-        loss += max(z, 0.0) + np.log1p(np.exp(-abs(z))) - y[i] * z
-        s = 1.0 / (1.0 + np.exp(-z))
-        u[i] = s * (1.0 - s) * xv
-    hv = lam * v
-    inv_n = 1.0 / n
-    for i in range(n):
-        ui = u[i] * inv_n
-        for j in range(d):
-            hv[j] += X[i, j] * ui
-    sq = 0.0
-    for j in range(d):
-        sq += w[j] * w[j]
-    return loss * inv_n + 0.5 * lam * sq, hv
 
 
 # ------------------------------------------------------------------ workloads
@@ -163,7 +136,7 @@ def build_floor(name: str, inp: dict) -> Callable:
         return lambda: w1_rollout(inp["W"], inp["b"], inp["x0"], inp["steps"], DT)
     if name == "W3":
         return lambda: w3_floor(inp["x"])
-    return lambda: w4_floor(inp["X"], inp["y"], inp["w"], inp["v"], LAM)
+    return lambda: w4_hvp(inp["X"], inp["y"], inp["w"], inp["v"], LAM)
 
 
 def build_floor_expm1(inp: dict) -> Callable:

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from . import autograd
+from . import autograd, pytree
 from .grad_mode import enable_grad, is_grad_enabled
 from .tensor import Tensor
 
@@ -64,69 +64,6 @@ def _inside_transform():
         _NESTING.depth -= 1
 
 
-# ------------------------------------------------------------------ pytrees
-# A spec is ("leaf",), ("none",), ("tuple", kids), ("list", kids), ("dict", keys, kids).
-def _flatten(tree: Any) -> tuple[list, tuple]:
-    leaves: list = []
-
-    def walk(node):
-        if node is None:
-            return ("none",)
-        if isinstance(node, tuple) and not hasattr(node, "_fields"):
-            return ("tuple", tuple(walk(x) for x in node))
-        if isinstance(node, tuple):  # a namedtuple
-            return ("namedtuple", type(node), tuple(walk(x) for x in node))
-        if isinstance(node, list):
-            return ("list", tuple(walk(x) for x in node))
-        if isinstance(node, dict):
-            keys = tuple(node)
-            return ("dict", keys, tuple(walk(node[k]) for k in keys))
-        leaves.append(node)
-        return ("leaf",)
-
-    spec = walk(tree)
-    return leaves, spec
-
-
-def _unflatten(spec: tuple, leaves: Sequence) -> Any:
-    it = iter(leaves)
-
-    def build(s):
-        kind = s[0]
-        if kind == "leaf":
-            return next(it)
-        if kind == "none":
-            return None
-        if kind == "tuple":
-            return tuple(build(k) for k in s[1])
-        if kind == "namedtuple":
-            return s[1](*(build(k) for k in s[2]))
-        if kind == "list":
-            return [build(k) for k in s[1]]
-        return {key: build(k) for key, k in zip(s[1], s[2], strict=True)}
-
-    return build(spec)
-
-
-def _tree_map(fn: Callable, tree: Any) -> Any:
-    leaves, spec = _flatten(tree)
-    return _unflatten(spec, [fn(x) for x in leaves])
-
-
-def _describe_spec(spec: tuple) -> str:
-    kind = spec[0]
-    if kind == "leaf":
-        return "*"
-    if kind == "none":
-        return "None"
-    if kind == "dict":
-        return "{" + ", ".join(f"{k!r}: {_describe_spec(s)}"
-                               for k, s in zip(spec[1], spec[2], strict=True)) + "}"
-    kids = spec[-1]
-    inner = ", ".join(_describe_spec(s) for s in kids)
-    return f"[{inner}]" if kind == "list" else f"({inner})"
-
-
 # ------------------------------------------------------------------ conversions
 def _needs_graph(*trees: Any) -> bool:
     """Whether results may be differentiated again, so backward must build a graph."""
@@ -135,7 +72,7 @@ def _needs_graph(*trees: Any) -> bool:
     if _NESTING.depth > 0:
         return True
     for tree in trees:
-        leaves, _ = _flatten(tree)
+        leaves, _ = pytree.flatten(tree)
         if any(isinstance(x, Tensor) and x.requires_grad for x in leaves):
             return True
     return False
@@ -220,7 +157,7 @@ def _zeros(ref: Tensor) -> Tensor:
 
 
 def _detach_tree(tree: Any) -> Any:
-    return _tree_map(lambda x: x.detach() if isinstance(x, Tensor) else x, tree)
+    return pytree.tree_map(lambda x: x.detach() if isinstance(x, Tensor) else x, tree)
 
 
 def _finish(tree: Any, create_graph: bool) -> Any:
@@ -273,17 +210,17 @@ class _DiffArgs:
         self.leaves: list[Tensor] = []
         self.specs: list[tuple[tuple, int, int]] = []  # (spec, start, stop) per position
         for p in positions:
-            leaves, spec = _flatten(args[p])
+            leaves, spec = pytree.flatten(args[p])
             start = len(self.leaves)
             for k, leaf in enumerate(leaves):
                 where = f"argument {p}" if spec == ("leaf",) else f"leaf {k} of argument {p}"
                 self.leaves.append(_diff_input(leaf, create_graph, where, transform))
             self.specs.append((spec, start, len(self.leaves)))
-            self.args[p] = _unflatten(spec, self.leaves[start:])
+            self.args[p] = pytree.unflatten(spec, self.leaves[start:])
 
     def rebuild(self, per_leaf: Sequence, single: bool) -> Any:
         """Per-leaf values regrouped as the differentiated arguments' trees."""
-        trees = tuple(_unflatten(spec, per_leaf[start:stop]) for spec, start, stop in
+        trees = tuple(pytree.unflatten(spec, per_leaf[start:stop]) for spec, start, stop in
                       self.specs)
         return trees[0] if single else trees
 
@@ -376,17 +313,17 @@ def vjp(f: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     aux = None
     if has_aux:
         result, aux = _split_aux(result, "vjp")
-    out_leaves, out_spec = _flatten(result)
+    out_leaves, out_spec = pytree.flatten(result)
     outs = [_as_output(o, "an output" if out_spec != ("leaf",) else "the output", "vjp")
             for o in out_leaves]
-    result = _unflatten(out_spec, outs)
+    result = pytree.unflatten(out_spec, outs)
 
     def vjp_fn(cotangent: Any) -> tuple:
-        ct_leaves, ct_spec = _flatten(cotangent)
+        ct_leaves, ct_spec = pytree.flatten(cotangent)
         if len(ct_leaves) != len(outs) or (ct_spec != out_spec and not
                                           _same_structure(ct_spec, out_spec)):
-            raise ValueError(f"vjp_fn: the cotangent has structure {_describe_spec(ct_spec)}, "
-                             f"but the output has structure {_describe_spec(out_spec)}")
+            raise ValueError(f"vjp_fn: the cotangent has structure {pytree.describe(ct_spec)}, "
+                             f"but the output has structure {pytree.describe(out_spec)}")
         cts = [_like(c, o, f"cotangent {k}", "vjp_fn")
                for k, (c, o) in enumerate(zip(ct_leaves, outs, strict=True))]
         graph = create_graph or _needs_graph(cts)
@@ -439,11 +376,11 @@ def jvp(f: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fals
         raise ValueError(f"jvp: got {len(primals)} primals but {len(tangents)} tangents")
     create_graph = _needs_graph(primals, tangents)
     diff = _DiffArgs(primals, tuple(range(len(primals))), create_graph, "jvp")
-    t_leaves, t_spec = _flatten(tangents)
+    t_leaves, t_spec = pytree.flatten(tangents)
     p_spec = ("tuple", tuple(s for s, _, _ in diff.specs))
     if len(t_leaves) != len(diff.leaves) or not _same_structure(t_spec, p_spec):
-        raise ValueError(f"jvp: tangents have structure {_describe_spec(t_spec)}, but primals "
-                         f"have structure {_describe_spec(p_spec)}")
+        raise ValueError(f"jvp: tangents have structure {pytree.describe(t_spec)}, but primals "
+                         f"have structure {pytree.describe(p_spec)}")
     tans = [_like(t, x, f"tangent {k}", "jvp")
             for k, (t, x) in enumerate(zip(t_leaves, diff.leaves, strict=True))]
     with _inside_transform():
@@ -451,11 +388,11 @@ def jvp(f: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fals
     aux = None
     if has_aux:
         result, aux = _split_aux(result, "jvp")
-    out_leaves, out_spec = _flatten(result)
+    out_leaves, out_spec = pytree.flatten(result)
     outs = [_as_output(o, "an output", "jvp") for o in out_leaves]
     tangent_out = _forward_product(outs, diff.leaves, tans, create_graph)
-    value = _finish(_unflatten(out_spec, outs), create_graph)
-    t_out = _unflatten(out_spec, _finish(tangent_out, create_graph))
+    value = _finish(pytree.unflatten(out_spec, outs), create_graph)
+    t_out = pytree.unflatten(out_spec, _finish(tangent_out, create_graph))
     if has_aux:
         return value, t_out, _finish(aux, create_graph)
     return value, t_out
@@ -507,7 +444,7 @@ def jacobian(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
         aux = None
         if has_aux:
             result, aux = _split_aux(result, "jacobian")
-        out_leaves, out_spec = _flatten(result)
+        out_leaves, out_spec = pytree.flatten(result)
         outs = [_as_output(o, "an output", "jacobian") for o in out_leaves]
         per_output = []
         with enable_grad() if create_graph else _null():
@@ -527,7 +464,7 @@ def jacobian(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
                     else:
                         jacs.append(Tensor(np.zeros(shape, dtype=x.dtype)))
                 per_output.append(diff.rebuild(_finish(jacs, create_graph), single))
-        jac = _unflatten(out_spec, per_output)
+        jac = pytree.unflatten(out_spec, per_output)
         if has_aux:
             return jac, _finish(aux, create_graph)
         return jac
@@ -561,11 +498,11 @@ def hvp(f: Callable, primals: Any, tangents: Any) -> tuple:
         raise ValueError(f"hvp: got {len(primals)} primals but {len(tangents)} tangents")
     create_graph = _needs_graph(primals, tangents)
     diff = _DiffArgs(primals, tuple(range(len(primals))), create_graph, "hvp")
-    t_leaves, t_spec = _flatten(tangents)
+    t_leaves, t_spec = pytree.flatten(tangents)
     p_spec = ("tuple", tuple(s for s, _, _ in diff.specs))
     if len(t_leaves) != len(diff.leaves) or not _same_structure(t_spec, p_spec):
-        raise ValueError(f"hvp: tangents have structure {_describe_spec(t_spec)}, but primals "
-                         f"have structure {_describe_spec(p_spec)}")
+        raise ValueError(f"hvp: tangents have structure {pytree.describe(t_spec)}, but primals "
+                         f"have structure {pytree.describe(p_spec)}")
     tans = [_like(t, x, f"tangent {k}", "hvp")
             for k, (t, x) in enumerate(zip(t_leaves, diff.leaves, strict=True))]
     with _inside_transform():

@@ -34,13 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes
+from .. import dtypes, pytree
 from ..autograd.node import RETAIN_GRAPH_MESSAGE, Node, SavedTensor, gradient_edge
 from ..backends import is_cuda_array, to_host
 from ..errors import TracerError
 from ..grad_mode import STATE
 from ..tensor import Tensor
-from . import pytree
 from .ir import Graph, check, format_graph
 from .program import Executable, build, tier2
 from .pythonop import owning

@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import pytree
 from ..autograd.node import RETAIN_GRAPH_MESSAGE, SavedOutput, SavedTensor, gradient_edge
 from ..autograd.node import Node as AutogradNode
 from ..errors import TracerError
 from ..grad_mode import STATE, no_grad
 from ..tensor import STATE_TRACE, Tensor
-from . import pytree
 from .ir import LOOP, Graph, LoopInfo, Node, Var, make_loop, type_str
 from .tracer import Tracer, run_traced, user_site
 

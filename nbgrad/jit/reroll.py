@@ -193,7 +193,7 @@ def _roll(nodes: list[Node], outputs: list[Var], consts: dict, rows: _Rows, star
     if len(pats) < MIN_REPS:
         return None
 
-    def same(a, b, strict_out: bool) -> bool:
+    def same(a, b) -> bool:
         for x, y in zip(a, b, strict=True):
             if x[0] != y[0]:
                 return False
@@ -203,7 +203,7 @@ def _roll(nodes: list[Node], outputs: list[Var], consts: dict, rows: _Rows, star
 
     # the run of iterations agreeing with iteration 1 (which sees a previous iteration)
     j_end = 1
-    while j_end + 1 < len(pats) and same(pats[j_end + 1], pats[1], False):
+    while j_end + 1 < len(pats) and same(pats[j_end + 1], pats[1]):
         j_end += 1
     first = 0
     # iteration 0 qualifies when its non-carry inputs are classified the same way

@@ -22,10 +22,6 @@ from ..tensor import STATE_TRACE, Tensor
 from .registry import OpDef
 
 
-def reset_caches() -> None:
-    """Called when the table is (re)bound."""
-
-
 def _flat_tensors(op: OpDef, args: tuple) -> list[Tensor | None]:
     """The op's tensor inputs in order (lists flattened), ``None`` for absent optionals."""
     if op.all_tensors:

@@ -166,7 +166,6 @@ def _is_tensor(value: object) -> bool:
 def bind_table(path=None) -> dict[str, Entry]:
     """Load the table and cross-check it against the registered kernels and functions."""
     from ..tensor import Tensor
-    from . import dispatch
     _is_tensor.tensor_type = Tensor  # lets formulas test types without a call
     text = (path or table_path()).read_text()
     raw_entries = parse_raw(text)
@@ -190,5 +189,4 @@ def bind_table(path=None) -> dict[str, Entry]:
     cache.save()  # only after every cross-check passed
     _TABLE.clear()
     _TABLE.update(entries)
-    dispatch.reset_caches()
     return entries

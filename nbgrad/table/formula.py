@@ -221,16 +221,12 @@ def bind_names(namespace: dict, called, helpers_used, resolve: Callable,
         namespace[f"__op_{name.replace('.', '__')}"] = _LazyOp(name, resolve)
 
 
-def operator_namespace(resolve: Callable, is_tensor: Callable) -> dict:
-    """The helpers that a formula's operators compile to (``__bin_add`` ...)."""
-    return _operator_namespace(resolve, is_tensor)
-
-
 _NAMESPACES: dict[tuple, dict] = {}
 
 
-def _operator_namespace(resolve: Callable, is_tensor: Callable) -> dict:
-    """The helpers that operators compile to, shared by every formula of one table."""
+def operator_namespace(resolve: Callable, is_tensor: Callable) -> dict:
+    """The helpers that operators compile to (``__bin_add`` ...), shared by every formula
+    of one table."""
     key = (resolve, is_tensor)
     namespace = _NAMESPACES.get(key)
     if namespace is None:
@@ -266,7 +262,7 @@ def compile_formula(text: str, where: str, scope: frozenset[str],
     # The checked, rewritten tree is turned back into text and compiled (C-fast, and
     # the same code as compiling the tree; nothing of the raw table text is evaluated).
     source = f"def formula({', '.join(arg_names)}):\n    return {ast.unparse(body)}\n"
-    namespace = dict(_operator_namespace(resolve, is_tensor))
+    namespace = dict(operator_namespace(resolve, is_tensor))
     bind_names(namespace, rewriter.called, rewriter.helpers_used, resolve, helpers)
     code = compile(source, filename=f"<formula {where}>", mode="exec")
     exec(code, namespace)  # the tree passed the allowlist above  # noqa: S102

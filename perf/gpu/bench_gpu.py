@@ -110,22 +110,7 @@ def w2_nbgrad(inp: dict):
 
 def w2_torch(inp: dict):
     import torch
-    import torch.nn.functional as F
-    params = [torch.tensor(inp[k], requires_grad=True, device="cuda") for k in PARAMS]
-    X = torch.tensor(inp["X"], device="cuda")
-    y = torch.tensor(inp["y"], device="cuda")
-
-    def step():
-        W1, b1, W2, b2, W3, b3 = params
-        h1 = F.relu(X @ W1 + b1)
-        h2 = F.relu(h1 @ W2 + b2)
-        loss = F.cross_entropy(h2 @ W3 + b3, y)
-        grads = torch.autograd.grad(loss, params)
-        with torch.no_grad():
-            for q, g in zip(params, grads, strict=True):
-                q.add_(g, alpha=-LR)
-        return loss, grads
-
+    step = w2_mlp.torch_sgd_step(inp, device="cuda")
     return step, torch.cuda.synchronize, lambda out: (out[0].item(),
                                                       [g.cpu().numpy() for g in out[1]])
 

@@ -118,12 +118,13 @@ def _build_nbgrad_jit(inp, p):
 
 # ---------------------------------------------------------------- peers
 
-def _build_torch(inp, p):
+def torch_sgd_step(inp, device: str = "cpu"):
+    """The PyTorch SGD step of W2 on ``device`` (also used by perf/gpu/bench_gpu.py)."""
     import torch
     import torch.nn.functional as F
 
-    params = [torch.tensor(inp[k], requires_grad=True) for k in PARAMS]
-    X, y = torch.tensor(inp["X"]), torch.tensor(inp["y"])
+    params = [torch.tensor(inp[k], requires_grad=True, device=device) for k in PARAMS]
+    X, y = torch.tensor(inp["X"], device=device), torch.tensor(inp["y"], device=device)
 
     def step():
         W1, b1, W2, b2, W3, b3 = params
@@ -136,6 +137,10 @@ def _build_torch(inp, p):
                 q.add_(g, alpha=-LR)
         return loss, grads
     return step
+
+
+def _build_torch(inp, p):
+    return torch_sgd_step(inp)
 
 
 def _build_jax(inp, p):

@@ -68,3 +68,9 @@ def describe(spec: Spec) -> str:
                                for k, s in zip(spec[1], spec[2], strict=True)) + "}"
     inner = ", ".join(describe(s) for s in spec[-1])
     return f"[{inner}]" if kind == "list" else f"({inner})"
+
+
+def tree_map(fn, tree: Any) -> Any:
+    """``tree`` with ``fn`` applied to every leaf."""
+    leaves, spec = flatten(tree)
+    return unflatten(spec, [fn(x) for x in leaves])

@@ -1,4 +1,7 @@
-"""Package layout that pyproject.toml cannot express: formulas/ ships as nbgrad/formulas/."""
+"""Package layout that pyproject.toml cannot express: formulas/ ships as nbgrad/formulas/.
+
+The checkout's root ``__init__.py`` is not a package of the distribution (only for
+``import nbgrad`` run in the folder that holds the clone; see that file)."""
 
 from setuptools import find_packages, setup
 

@@ -1,4 +1,5 @@
-"""Make Numba's on-disk cache of nbgrad's kernels fail safe.
+"""Make Numba's on-disk cache of nbgrad's kernels fail safe, and never trust a folder
+that another user can write to.
 
 Numba raises when a cache index or data file is truncated or corrupt, and when a
 cache folder is read-only at save time. For files that belong to nbgrad (its
@@ -6,27 +7,118 @@ package folder and its cache folder) this guard turns both into a recompile (or 
 unsaved result) and one warning; every other Numba cache behaves as before.
 Caches of an older nbgrad or Numba never meet newer code: the cache folder is keyed by
 both versions, and Numba's index is keyed by the source file's stamp.
+
+Numba's cache files are pickles (loading one runs code), so they are read only from a
+folder that :func:`tree_problem` finds safe: owned by this user (or root) and not
+writable by anyone else, up to the root folder. :mod:`nbgrad.codegen` applies the same
+check to the folder of nbgrad's generated modules.
 """
 
 from __future__ import annotations
 
-import glob
 import os
+import stat
+import sys
 import warnings
-
-from numba.core import caching
+from pathlib import Path
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _WARNED: set[str] = set()
-_INSTALLED = False
 
 
-def _ours(cache: caching.Cache) -> bool:
-    path = getattr(cache, "_cache_path", "") or ""
-    if path.startswith(_PACKAGE_DIR):
-        return True
-    from .codegen import base_cache_dir
-    return path.startswith(str(base_cache_dir()))
+# ------------------------------------------------------------------ folder trust
+def tree_problem(path: str | os.PathLike, mine: str | os.PathLike | None = None) -> str | None:
+    """Why another user could change ``path`` (a file or folder), or None if no one can.
+
+    Every existing component from ``/`` down to ``path`` (symbolic links resolved) must
+    belong to this user or root (to this user alone at and below ``mine``) and must not
+    be writable by its group or by others; a sticky folder (``/tmp``)
+    is accepted above ``mine``. (A private folder above does not excuse a writable one
+    below it: bind mounts and open handles reach past it.) Not checked on Windows.
+    """
+    if not hasattr(os, "geteuid"):
+        return None
+    real = Path(os.path.realpath(path))
+    own_from = Path(os.path.realpath(mine)) if mine is not None else None
+    for p in [*reversed(real.parents), real]:
+        problem = _component_problem(p, own_from, leaf=p == real)
+        if problem is not None:
+            return problem or None  # "": missing, nothing there to load (yet)
+    return None
+
+
+def _component_problem(p: Path, own_from: Path | None, leaf: bool) -> str | None:
+    """The problem of one path component, "" if it does not exist, None if it is safe."""
+    euid = os.geteuid()
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        return f"{p} cannot be checked ({exc})"
+    own = own_from is not None and (p == own_from or own_from in p.parents)
+    if st.st_uid != euid and (own or st.st_uid != 0):
+        return f"{p} belongs to another user (uid {st.st_uid}, this process runs as uid {euid})"
+    sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and not leaf and not own
+    mode = oct(stat.S_IMODE(st.st_mode))
+    if st.st_mode & stat.S_IWOTH and not sticky:
+        return f"{p} is writable by every user (mode {mode})"
+    if st.st_mode & stat.S_IWGRP and not sticky:
+        return f"{p} is writable by its group (gid {st.st_gid}, mode {mode})"
+    return None
+
+
+_SAFE_FOLDERS: set[tuple] = set()
+
+
+def _files_problem(folder: str, files: list[str], mine: Path | None) -> str | None:
+    """:func:`tree_problem` of ``folder`` (remembered once safe: only its owner or root can
+    change that), then of each file in it."""
+    if not hasattr(os, "geteuid"):
+        return None
+    key = (folder, mine, os.geteuid())
+    if key not in _SAFE_FOLDERS:
+        problem = tree_problem(folder, mine)
+        if problem:
+            return problem
+        _SAFE_FOLDERS.add(key)
+    own_from = Path(os.path.realpath(mine)) if mine is not None else None
+    for f in files:
+        problem = _component_problem(Path(os.path.realpath(f)), own_from, leaf=True)
+        if problem:
+            return problem
+    return None
+
+
+def make_private_dirs(path: Path) -> None:
+    """``mkdir -p`` with mode 0700 for every folder it creates."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for p in reversed(missing):
+        try:
+            p.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+
+
+# ------------------------------------------------------------------ Numba's cache
+def _source_file(cache) -> str:
+    func = getattr(cache, "_py_func", None)
+    code = getattr(func, "__code__", None)
+    return getattr(code, "co_filename", "") or ""
+
+
+def _ours(cache) -> bool:
+    """Whether ``cache`` holds one of nbgrad's functions (package or generated code)."""
+    from .codegen import cache_roots
+    roots = (_PACKAGE_DIR, *map(str, cache_roots()))
+    return any(p.startswith(root + os.sep) or p == root for p in
+               (_source_file(cache), getattr(cache, "_cache_path", "") or "") for root in roots)
 
 
 def _warn_once(kind: str, message: str) -> None:
@@ -35,30 +127,68 @@ def _warn_once(kind: str, message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
-def _drop_damaged(cache: caching.Cache) -> None:
-    """Remove the index and data files of one cached function."""
+def _cache_files(cache) -> list[str]:
+    """The index file and the data files of one cached function."""
     index = cache._cache_file._index_path
-    stem = index[:-len(".nbi")]
-    for path in [index, *glob.glob(stem + ".*.nbc")]:
+    folder, name = os.path.split(index)
+    stem = name[:-len("nbi")]
+    try:
+        with os.scandir(folder) as entries:
+            data = [e.path for e in entries
+                    if e.name.startswith(stem) and e.name.endswith(".nbc")]
+    except OSError:
+        data = []
+    return [index, *data]
+
+
+def _unsafe(cache) -> bool:
+    """Whether Numba's cache files of ``cache`` could have been written by another user
+    (then they are neither read nor written: loading a pickle runs code)."""
+    from .codegen import cache_roots
+    folder = cache._cache_path
+    mine = next((r for r in cache_roots() if folder.startswith(str(r) + os.sep)), None)
+    problem = _files_problem(folder, _cache_files(cache), mine)
+    if problem:
+        _warn_once("unsafe", f"nbgrad: not using Numba's compile cache in {folder}: "
+                             f"{problem}; compiling instead (make the folder private "
+                             f"to this user, e.g. chmod go-w, to cache again)")
+    return bool(problem)
+
+
+def _private_files(cache) -> None:
+    """Take group/other write off the files Numba just wrote (it honours the umask only)."""
+    for path in _cache_files(cache):
+        try:
+            mode = os.stat(path).st_mode
+            if mode & 0o022:
+                os.chmod(path, stat.S_IMODE(mode) & ~0o022)
+        except OSError:
+            pass
+
+
+def _drop_damaged(cache) -> None:
+    """Remove the index and data files of one cached function."""
+    for path in _cache_files(cache):
         try:
             os.unlink(path)
         except OSError:
             pass
 
 
-def install() -> None:
-    """Wrap ``Cache.load_overload`` / ``save_overload`` (once per process)."""
-    global _INSTALLED
-    if _INSTALLED:
+def _guard(cache_class) -> None:
+    """Wrap ``load_overload`` / ``save_overload`` of one Numba ``Cache`` class (once)."""
+    if cache_class.__dict__.get("_nbgrad_guarded"):
         return
-    _INSTALLED = True
-    load, save = caching.Cache.load_overload, caching.Cache.save_overload
+    load, save = cache_class.load_overload, cache_class.save_overload
 
     def guarded_load(self, sig, target_context):
+        ours = _ours(self)
+        if ours and _unsafe(self):
+            return None
         try:
             return load(self, sig, target_context)
         except Exception as exc:  # a damaged cache entry: recompile
-            if not _ours(self):
+            if not ours:
                 raise
             _warn_once("load", f"nbgrad: the compile cache in {self._cache_path} was damaged "
                                f"({type(exc).__name__}: {exc}); recompiling")
@@ -66,14 +196,31 @@ def install() -> None:
             return None
 
     def guarded_save(self, sig, data):
+        ours = _ours(self)
+        if ours and _unsafe(self):  # saving reads the index (a pickle) first
+            return None
         try:
-            return save(self, sig, data)
+            save(self, sig, data)
+            if ours:
+                _private_files(self)
+            return None
         except OSError as exc:  # read-only or full cache folder: keep the compiled code
-            if not _ours(self):
+            if not ours:
                 raise
             _warn_once("save", f"nbgrad: cannot write the compile cache in "
                                f"{self._cache_path} ({exc}); compiled code is not cached")
             return None
 
-    caching.Cache.load_overload = guarded_load
-    caching.Cache.save_overload = guarded_save
+    cache_class.load_overload = guarded_load
+    cache_class.save_overload = guarded_save
+    cache_class._nbgrad_guarded = True
+
+
+def install() -> None:
+    """Guard Numba's CPU cache, and numba-cuda's once ``numba.cuda`` is imported
+    (call again after importing it; each class is wrapped once)."""
+    from numba.core import caching
+    _guard(caching.Cache)
+    cuda_caching = sys.modules.get("numba.cuda.core.caching")
+    if cuda_caching is not None:
+        _guard(cuda_caching.Cache)

@@ -33,7 +33,7 @@ class Tensor:
 
     __slots__ = ("_data", "_requires_grad", "grad", "grad_fn", "_output_nr", "_version_box",
                  "_base", "_accumulator", "_retains_grad", "_hooks", "_device", "__weakref__")
-    __array_priority__ = 1000  # NumPy defers to our operators
+    __array_priority__ = 1000  # NumPy defers to our operators (and __array_ufunc__)
 
     def __init__(self, data: Any, dtype: Any = None, requires_grad: bool = False,
                  device: Any = "cpu") -> None:
@@ -158,6 +158,14 @@ class Tensor:
             return arr.astype(dtype)
         return arr.copy() if copy else arr
 
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """NumPy ufuncs on tensors run nbgrad ops (:mod:`nbgrad.numpy_interop`)."""
+        return _interop().array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        """NumPy functions on tensors run nbgrad ops (:mod:`nbgrad.numpy_interop`)."""
+        return _interop().array_function(func, types, args, kwargs)
+
     def item(self) -> float | int | bool:
         _check_concrete(self, "item()")
         if self.size != 1:
@@ -235,6 +243,11 @@ class Tensor:
 
     def detach(self) -> Tensor:
         """A tensor sharing this one's data (and version counter), outside the graph."""
+        tracer = STATE_TRACE.tracer
+        if tracer is not None:  # nbgrad.jit: a StopGradient marker where a gradient flows
+            t = tracer.detach(self)
+            if t is not None:
+                return t
         return Tensor._make(self._data, device=self._device, version_box=self._version_box,
                             base=self)
 
@@ -339,8 +352,14 @@ class Tensor:
     def __floordiv__(self, other):
         return _ops().floor_divide(self, other)
 
+    def __rfloordiv__(self, other):
+        return _ops().floor_divide(other, self)
+
     def __mod__(self, other):
         return _ops().remainder(self, other)
+
+    def __rmod__(self, other):
+        return _ops().remainder(other, self)
 
     def __neg__(self):
         return _ops().neg(self)
@@ -410,6 +429,18 @@ def _ops():
         from . import ops
         _OPS = ops
     return _OPS
+
+
+_INTEROP = None
+
+
+def _interop():
+    """The NumPy protocol module (imported on first use: it imports the ops)."""
+    global _INTEROP
+    if _INTEROP is None:
+        from . import numpy_interop
+        _INTEROP = numpy_interop
+    return _INTEROP
 
 
 def _check_concrete(t: Tensor, what: str) -> None:

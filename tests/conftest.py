@@ -1,6 +1,7 @@
 """Shared test configuration."""
 
 import os
+import sys
 
 # One thread for BLAS and Numba: the suite runs on 2 cores, where threaded OpenBLAS
 # on small matrices is slower by orders of magnitude (set before NumPy loads BLAS).
@@ -14,3 +15,21 @@ import pytest  # noqa: E402
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+# Promotion check off for the suite (and the processes its tests start): a wrong tier-2
+# or CUDA result must fail the test that meets it, not be caught and replaced by tier 1's
+# (nbgrad.jit.verify reads the variable when it is imported). Tests of the check turn it
+# on with the ``promotion_check`` fixture.
+os.environ["NBGRAD_PROMOTION_CHECK"] = "0"
+if "nbgrad.jit.verify" in sys.modules:  # imported already (by a plugin): switch it too
+    sys.modules["nbgrad.jit.verify"].set_enabled(False)
+
+
+@pytest.fixture
+def promotion_check():
+    """Turn the promotion check on for one test."""
+    from nbgrad.jit import verify
+    previous = verify.set_enabled(True)
+    yield
+    verify.set_enabled(previous)

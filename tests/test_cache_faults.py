@@ -87,18 +87,6 @@ def test_unusable_numba_cache_folder_still_works(warm_cache):
         pycache.unlink()
 
 
-def test_compiled_formulas_are_cached_and_a_damaged_cache_is_rebuilt(warm_cache):
-    cache, expected = warm_cache
-    (formulas,) = _files(cache, "formulas_*.py")
-    assert "def formula_0(" in formulas.read_text()  # the cached module is real code
-    formulas.write_text(formulas.read_text()[:300])  # truncated mid-way
-    proc = run(cache)
-    assert result(proc) == expected
-    assert "cached formulas were damaged" in proc.stderr
-    assert "FORMULAS = {" in formulas.read_text()  # rewritten whole
-    assert "damaged" not in run(cache).stderr
-
-
 def test_a_cache_written_by_an_older_version_is_not_used(warm_cache, tmp_path):
     _, expected = warm_cache
     cache = tmp_path / "cache"

@@ -1,8 +1,11 @@
 """Property tests: random small graphs of table ops on broadcast shapes.
 
-For each drawn program, ``nbgrad.jit`` must give the eager values (float64, 1e-12),
-``jit(value_and_grad)`` the eager gradients, and the gradients of the jitted function
-(through its autograd node) must pass a finite-difference check.
+For each drawn program, ``nbgrad.jit`` must give the eager values (float64, 1e-12) on
+each of three calls (the first traces; later ones run the compiled graph), in tier 1 and
+in tier 2 (promotion check off: tests/conftest.py turns it off for the suite);
+``jit(value_and_grad)`` must give the eager gradients, and the gradients of the jitted
+function (through its autograd node) must pass a finite-difference check. The wider
+differential fuzzer is tests/test_fuzz.py.
 """
 
 from __future__ import annotations
@@ -89,13 +92,24 @@ def _loss(steps):
     return f
 
 
-SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
+CALLS = 3
 
 
 @SETTINGS
 @given(programs())
 def test_jit_values_equal_eager(prog):
+    _values_equal_eager(prog, "interpret")
+
+
+@settings(SETTINGS, max_examples=12)
+@given(programs())
+def test_jit_compile_mode_values_equal_eager(prog):
+    _values_equal_eager(prog, "compile")
+
+
+def _values_equal_eager(prog, mode):
     shapes, steps, seed = prog
     rng = np.random.default_rng(seed)
     inputs = [nb.tensor(rng.uniform(-1, 1, s)) for s in shapes]
@@ -104,8 +118,8 @@ def test_jit_values_equal_eager(prog):
         return tuple(_run(steps, xs))
 
     want = f(*inputs)
-    jf = nb.jit(f, mode="interpret")
-    for _ in range(2):
+    jf = nb.jit(f, mode=mode)
+    for _ in range(CALLS):
         got = jf(*inputs)
         for g, w in zip(got, want, strict=True):
             assert g.shape == w.shape and g.dtype == w.dtype
@@ -122,7 +136,7 @@ def test_jit_gradients_equal_eager_and_finite_differences(prog):
     argnums = tuple(range(len(arrays)))
     want_v, want_g = nb.value_and_grad(loss, argnums=argnums)(*[nb.tensor(a) for a in arrays])
     vg = nb.jit(nb.value_and_grad(loss, argnums=argnums), mode="interpret")
-    for _ in range(2):
+    for _ in range(CALLS):
         v, gs = vg(*[nb.tensor(a) for a in arrays])
         np.testing.assert_allclose(v.numpy(), want_v.numpy(), rtol=1e-12, atol=1e-14)
         for g, e in zip(gs, want_g, strict=True):

@@ -13,6 +13,7 @@ import nbgrad as nb
 from nbgrad.autograd import gradcheck, gradgradcheck
 from nbgrad.ops.registry import table
 from nbgrad.testing import all_records, make_inputs
+from nbgrad.testing.core import check_array_outputs
 
 RECORDS = all_records()
 
@@ -56,6 +57,15 @@ def test_forward_matches_reference(rec, sample):
         w = np.asarray(w)
         assert g.shape == w.shape, f"shape {g.shape} != reference {w.shape}"
         np.testing.assert_allclose(g.numpy(), w, rtol=rec.ref_rtol, atol=1e-12)
+
+
+@pytest.mark.parametrize(("rec", "sample"), _cases())
+def test_outputs_convert_with_asarray(rec, sample):
+    """Every op's outputs, 0-d ones included, convert with np.asarray to an ndarray of
+    their shape and dtype (with and without autograd recording)."""
+    for requires_grad in (False, True):
+        args, kwargs = make_inputs(sample, requires_grad=requires_grad)
+        check_array_outputs(rec.function()(*args, **kwargs), rec.name)
 
 
 def _check_fn(rec, sample):
@@ -145,6 +155,7 @@ def test_jit_matches_eager(rec, sample):
     jitted = nb.jit(call, mode="interpret")
     for _ in range(2):  # the trace, then the compiled tape
         got = _outputs(jitted(*tensors))
+        check_array_outputs(got, f"nbgrad.jit of {rec.name}")
         assert len(got) == len(want)
         for g, w in zip(got, want, strict=True):
             assert g.dtype == w.dtype and g.shape == w.shape

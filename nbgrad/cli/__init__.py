@@ -1,4 +1,4 @@
-"""The ``nbgrad`` command line: ``check``, ``ops`` and ``bench``.
+"""The ``nbgrad`` command line: ``check``, ``ops``, ``bench`` and ``fuzz``.
 
 Exit status: 0 when everything checked passes, 1 when a check fails (or ``bench``
 cannot run), 2 on usage errors (unknown op, bad flag, bad shape, missing module).
@@ -243,6 +243,12 @@ def bench(workloads: str | None, frameworks: str | None, rounds: int | None,
     """
     from .bench import run_bench
     return run_bench(workloads, frameworks, rounds, extra)
+
+
+# ------------------------------------------------------------------ fuzz
+from .fuzz import fuzz  # noqa: E402
+
+cli.add_command(fuzz)
 
 
 # ------------------------------------------------------------------ entry point

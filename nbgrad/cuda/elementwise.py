@@ -29,7 +29,7 @@ from numba import cuda
 from numba.cuda.core import config as _config
 
 from nbgrad.cuda.kernels import offset_of
-from nbgrad.kernels.scalar import {scalar_names}
+{scalar_import}
 
 if _config.ENABLE_CUDASIM:
 {sim_imports}
@@ -102,8 +102,7 @@ def kernel_source() -> str:
     sim = "\n".join(f"    np_{k} = np.{k}" for k in NUMPY_FUNCTIONS)
     gpu = "\n".join(f"    from numba.cuda.libdevice import {v} as np_{k}"
                     for k, v in NUMPY_FUNCTIONS.items())
-    parts = [_PRELUDE.format(sim_imports=sim, gpu_imports=gpu,
-                             scalar_names=", ".join(scalar_functions()))]
+    parts = [_PRELUDE.format(sim_imports=sim, gpu_imports=gpu, scalar_import=ew.SCALAR_IMPORT)]
     parts += [_UNARY.format(name=op.name, expr=cuda_expr(op)) for op in ew.UNARY.values()]
     parts += [_BINARY.format(name=op.name, expr=cuda_expr(op)) for op in ew.BINARY.values()]
     parts += [_TERNARY.format(name=op.name, expr=cuda_expr(op)) for op in ew.TERNARY.values()]

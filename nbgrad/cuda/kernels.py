@@ -14,6 +14,10 @@ import math
 from numba import cuda, float64
 from numba.cuda.core import config as _cuda_config
 
+from .. import cache_guard
+
+cache_guard.install()  # numba-cuda's cache files are pickles: safe folders only
+
 _SIM = bool(_cuda_config.ENABLE_CUDASIM)
 #: threads per block of the reduction kernels (a power of two)
 RTPB = 32 if _SIM else 256

@@ -70,6 +70,21 @@ for _spec in ew.BINARY.values():
     KERNELS[_spec.name] = _binary(_spec)
 
 
+@cuda_kernel("polygamma")
+def _polygamma(n: int, x: CudaArray) -> CudaArray:  # table order: polygamma(int n, Tensor self)
+    return cew.run_unary("polygamma", x, x.dtype, float(n))
+
+
+@cuda_kernel("clamp_tensor")
+def _clamp_tensor(x: CudaArray, lo: CudaArray | None, hi: CudaArray | None) -> CudaArray:
+    out = x
+    if lo is not None:
+        out = cew.run_binary("maximum", out, lo, x.dtype)
+    if hi is not None:
+        out = cew.run_binary("minimum", out, hi, x.dtype)
+    return out
+
+
 @cuda_kernel("where")
 def _where(condition: CudaArray, a: CudaArray, b: CudaArray) -> CudaArray:
     return cew.run_ternary("where", condition.astype(np.bool_, copy=False), a, b, a.dtype)

@@ -18,8 +18,11 @@ import numpy as np
 from numba import cuda
 from numba.cuda.core import config as _cuda_config
 
+from .. import cache_guard
 from ..kernels import nn as nk
 from ..kernels import reduction as rk
+
+cache_guard.install()  # numba-cuda's cache files are pickles: safe folders only
 
 #: ``np`` as the CPU kernels' scalar code sees it on a GPU: CUDA has no ``np.exp``,
 #: ``np.log``, ``np.sqrt`` on scalars, but ``math``'s are the same functions there

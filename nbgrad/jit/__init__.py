@@ -9,7 +9,8 @@
 - :mod:`.passes`: dead code, common subexpressions, constant folding, hoisting;
 - :mod:`.interpreter` and :mod:`.lowering`: tier 1, one precompiled ``@njit`` tape
   interpreter and the graph-to-tape lowering;
-- :mod:`.api`: ``nbgrad.jit`` itself (signature cache, autograd node).
+- :mod:`.api`: ``nbgrad.jit`` itself (signature cache, autograd node);
+- :mod:`.verify`: generated code's first result is checked against tier 1.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from __future__ import annotations
 from ..errors import TracerError
 from .api import Jitted, jit
 from .loops import fori_loop, scan
+from .verify import PromotionMismatchWarning
+from .verify import set_enabled as set_promotion_check
 
-__all__ = ["Jitted", "TracerError", "fori_loop", "jit", "scan"]
+__all__ = ["Jitted", "PromotionMismatchWarning", "TracerError", "fori_loop", "jit", "scan",
+           "set_promotion_check"]
 
 
 class _CallableModule(__import__("types").ModuleType):

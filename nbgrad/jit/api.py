@@ -9,7 +9,9 @@ optimised graph through an :class:`~nbgrad.jit.program.Executable` (tier 1: the
 precompiled tape interpreter, one native call when every op is supported). A graph
 of CUDA tensors runs on :class:`nbgrad.cuda.fusion.CudaExecutable` instead: one
 generated ``@cuda.jit`` kernel per fused elementwise region, eager CUDA kernels for
-the other nodes (its backward graph alike).
+the other nodes (its backward graph alike). Generated code (tier 2, CUDA kernels) is
+trusted only after its first result agreed with tier 1 on the same inputs
+(:mod:`nbgrad.jit.verify`): on a mismatch the entry stays in tier 1, with a warning.
 
 Outputs that require grad get one autograd node, :class:`JitBackward`. Its backward
 runs a backward graph natively; the forward then runs a graph that also returns the
@@ -39,12 +41,13 @@ from ..autograd.node import RETAIN_GRAPH_MESSAGE, Node, SavedTensor, gradient_ed
 from ..backends import is_cuda_array, to_host
 from ..errors import TracerError
 from ..grad_mode import STATE
-from ..tensor import Tensor
+from ..tensor import STATE_TRACE, Tensor
 from .ir import Graph, check, format_graph
 from .program import Executable, build, tier2
 from .pythonop import owning
 from .reroll import reroll
 from .tracer import Tracer, run_traced
+from .verify import TIER1_MISMATCH, Checked
 
 MODES = ("auto", "interpret", "compile", "reference")
 #: calls after which ``mode="auto"`` promotes a graph to tier 2 (when tier 2 exists)
@@ -123,6 +126,10 @@ class Jitted:
         return _Signature(key, leaves, spec)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if STATE_TRACE.tracer is not None:
+            # called while an outer jit (or a loop body) traces: inline, as JAX does, so
+            # the outer graph records these ops and differentiates through them
+            return self.fn(*args, **kwargs)
         sig = self._signature(args, kwargs)
         while True:
             with self._lock:
@@ -282,9 +289,39 @@ class _Entry:
                         graph = optimize(self.split().fwd)
                     else:
                         graph = optimize(self.split().bwd)
-                    exe = build(graph, self.tier)
+                    if self.cuda and self.tier == TIER1_MISMATCH:
+                        from .verify import OnHost
+                        exe = OnHost(build(graph, "interpret"), [True] * len(graph.outputs))
+                    else:
+                        exe = self.adopt(which, build(graph, self.tier))
                     self._exe[which] = exe
         return owning(exe)  # tier 2 may swap in executables: PythonOp handles need an owner
+
+    # ------------------------------------------------------------------ promotion check
+    def adopt(self, which: str, exe: Executable) -> Executable:
+        """``exe`` for role ``which``; generated code not yet checked against tier 1
+        (:class:`~nbgrad.jit.verify.Checked`) reports its verdict to :meth:`_verdict`."""
+        if isinstance(exe, Checked):
+            fn = self.owner.fn
+            exe.name = f"{getattr(fn, '__module__', '?')}." \
+                       f"{getattr(fn, '__qualname__', repr(fn))}"
+            exe.listener = functools.partial(self._verdict, which)
+        return exe
+
+    def _verdict(self, which: str, checked: Checked, ok: bool) -> None:
+        """A checked executable agreed with tier 1 (it replaces its wrapper) or not (the
+        entry goes back to tier 1 for good: every role is rebuilt in tier 1 on need)."""
+        with self._lock:
+            if ok:
+                if self._exe.get(which) is checked:
+                    self._exe[which] = checked.candidate
+                return
+            self.tier = TIER1_MISMATCH
+            for role, exe in list(self._exe.items()):
+                if exe is checked:
+                    self._exe[role] = checked.fallback
+                elif getattr(exe, "tier", None) in ("compile", "cuda"):
+                    del self._exe[role]
 
     def split(self, example: list[np.ndarray] | None = None):
         """The forward-with-residuals and backward graphs (built on first need, by
@@ -389,12 +426,17 @@ class JitBackward(Node):
                     g = g.to(device)
             cts.append(g)
         out: list = [None] * len(inputs)
+        # as eager autograd: an input no output with a gradient reaches gets None
+        from .autodiff import reached_inputs
+        reached = reached_inputs(joint, [g is not None for g in grads])
+        if not reached:
+            return out
         if create_graph:
             from .reference import replay
             jg = _grad_graph(split)
             grads_t = replay(jg, inputs + cts)
             for i, g in zip(joint.wrt, grads_t, strict=True):
-                out[i] = g
+                out[i] = g if i in reached else None
             return out
         res = self.residuals
         arrays = [t._data for t in inputs]
@@ -407,7 +449,9 @@ class JitBackward(Node):
                         else ct_of[k]._data)
         gs = entry.executable("bwd").run(vals)
         for i, g in zip(joint.wrt, gs, strict=True):
-            out[i] = Tensor._make(g) if not entry.cuda else Tensor._make(g, device=_device_of(g))
+            if i in reached:
+                out[i] = Tensor._make(g) if not entry.cuda else \
+                    Tensor._make(g, device=_device_of(g))
         return out
 
 

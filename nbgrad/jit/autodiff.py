@@ -8,18 +8,20 @@ depend on a cotangent; run with the forward) and its tangent part (the backward)
 and lists the primal values the tangent part reads (the residuals to save).
 :func:`split_vjp` packages that for a whole graph: a forward graph that also returns
 the residuals and a backward graph from residuals and cotangents to gradients.
+:func:`reached_inputs` says which inputs a set of outputs reaches (as eager autograd
+would: the others get no gradient, ``None``), loops counted step by step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..grad_mode import enable_grad
 from ..tensor import Tensor
-from .ir import Graph, Node, Var
+from .ir import LOOP, STOP_GRADIENT, Graph, LoopInfo, Node, Var
 from .tracer import Tracer
 
 
@@ -34,6 +36,8 @@ class Joint:
     cts: list[Var]               # their cotangent inputs
     wrt: list[int]               # original inputs differentiated (in order)
     grads: list[Var | None]      # gradient vars, None where an input was unused
+    #: output k -> the inputs its cotangent reaches (:func:`reached_inputs`, cached)
+    reach: dict[int, frozenset[int]] | None = field(default=None, repr=False)
 
 
 def joint_graph(graph: Graph, rg: Sequence[bool], example: Sequence[np.ndarray],
@@ -46,7 +50,7 @@ def joint_graph(graph: Graph, rg: Sequence[bool], example: Sequence[np.ndarray],
     """
     from .. import autograd
     from .reference import replay
-    tracer = Tracer(implicit_inputs=False)
+    tracer = Tracer(implicit_inputs=False, cut_gradients=False)
     leaves = []
     for v, arr, r in zip(graph.inputs, example, rg, strict=True):
         t = Tensor._make(np.array(arr, dtype=v.dtype, copy=True).reshape(v.shape))
@@ -155,3 +159,94 @@ def split_vjp(graph: Graph, rg: Sequence[bool], example: Sequence[np.ndarray]) -
     consts.update(extra)
     bwd = Graph(b_inputs, consts, b_nodes, b_outputs)
     return VJPSplit(joint, fwd, len(joint.outputs), bwd, recipe)
+
+
+# ------------------------------------------------------------------ reachability
+def dependents(graph: Graph, seeds: set[int]) -> set[int]:
+    """ids of the vars of ``graph`` that a gradient can reach from the vars in ``seeds``
+    (a loop output depends only on the loop inputs it reads over its steps:
+    :func:`loop_reach`; no gradient crosses a StopGradient marker)."""
+    dep = set(seeds)
+    for node in graph.nodes:
+        if node.op == STOP_GRADIENT:
+            continue
+        hit = {k for k, v in enumerate(node.inputs) if v is not None and id(v) in dep}
+        if not hit:
+            continue
+        if node.op == LOOP:
+            reach = loop_reach(LoopInfo.of(node))
+            dep.update(id(v) for v, r in zip(node.outputs, reach, strict=True) if r & hit)
+        else:
+            dep.update(id(v) for v in node.outputs)
+    return dep
+
+
+def unrolled_reach(count: int, n_carry: int, step: Sequence[frozenset[int]],
+                   wanted: set[int]) -> set[int]:
+    """The loop inputs (carries, xs, invariants, numbered as the body's inputs without
+    the index) that loop outputs ``wanted`` (final carries, then ys) read over ``count``
+    steps, when body output ``o`` reads body inputs ``step[o]`` in one step."""
+    ys = {o for o in wanted if o >= n_carry}
+    live = frozenset(o for o in wanted if o < n_carry)
+    other: set[int] = set()
+    seq = [live]
+    first = {live: 0}
+    for t in range(1, count + 1):
+        ins = set().union(*(step[o] for o in live | ys))
+        other |= {i for i in ins if i >= n_carry}
+        live = frozenset(i for i in ins if i < n_carry)
+        if live in first:  # the carries read repeat with a period: jump to the end
+            m0 = first[live]
+            live = seq[m0 + (count - m0) % (t - m0)]
+            break
+        first[live] = t
+        seq.append(live)
+    return set(live) | other
+
+
+def loop_reach(info: LoopInfo) -> list[frozenset[int]]:
+    """Per output of a loop node: the positions of the node inputs it depends on."""
+    key = ("reach", info.count, info.xs_index, info.ys_index, info.index)
+    reach = info.body.cache.get(key)
+    if reach is None:
+        off = 1 if info.index is not None else 0
+        body = info.body
+        step: list[set[int]] = [set() for _ in body.outputs]
+        for i, v in enumerate(body.inputs[off:]):
+            dep = dependents(body, {id(v)})
+            for o, out in enumerate(body.outputs):
+                if id(out) in dep:
+                    step[o].add(i)
+        frozen = [frozenset(s) for s in step]
+        reach = [frozenset(unrolled_reach(info.count, info.n_carry, frozen, {o}))
+                 for o in range(len(body.outputs))]
+        info.body.cache[key] = reach
+    return reach
+
+
+def gradient_reach(joint: Joint) -> dict[int, frozenset[int]]:
+    """Per differentiated output ``k``: the inputs (indices into the original inputs)
+    whose gradient its cotangent reaches. A gradient that reads no cotangent at all
+    counts as reached from every output."""
+    reach: dict[int, set[int]] = {k: set() for k in joint.diff}
+    deps = {k: dependents(joint.graph, {id(ct)}) for k, ct in zip(joint.diff, joint.cts,
+                                                                  strict=True)}
+    for i, g in zip(joint.wrt, joint.grads, strict=True):
+        if g is None:
+            continue
+        hit = [k for k in joint.diff if id(g) in deps[k]]
+        for k in hit or joint.diff:
+            reach[k].add(i)
+    return {k: frozenset(r) for k, r in reach.items()}
+
+
+def reached_inputs(joint: Joint, has_grad: Sequence[bool]) -> set[int]:
+    """The inputs that outputs with ``has_grad[k]`` (a cotangent given) reach."""
+    reach = joint.reach
+    if reach is None:
+        reach = joint.reach = gradient_reach(joint)
+    out: set[int] = set()
+    for k, r in reach.items():
+        if k < len(has_grad) and has_grad[k]:
+            out |= r
+    return out

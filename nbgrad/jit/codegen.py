@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from .. import codegen as _files
+from ..kernels.elementwise import SCALAR_IMPORT
 from .codegen_emit import FunctionEmitter, Tier2Unsupported
 from .fusion import unstack_invariants
 from .ir import CUSTOM_KINDS, LOOP, Graph, Node, format_graph, graph_hash, node_args
@@ -37,10 +38,11 @@ from .program import Executable
 
 __all__ = ["CompiledGraph", "FASTMATH", "Tier2Unsupported", "compile_graph", "generate"]
 
-#: LLVM fast-math flags of generated code: reassociation (vectorised sums), FMA
-#: contraction, reciprocal and signed-zero freedom; never ``nnan``/``ninf``, so NaN
-#: and infinity behave as in eager mode.
-FASTMATH = frozenset({"arcp", "contract", "nsz", "reassoc"})
+#: LLVM fast-math flags of generated code: reassociation (vectorised sums) and FMA
+#: contraction, which change results only by rounding. Never ``arcp`` (``0 / 5e-324``
+#: became ``0 * inf = nan``), ``nsz`` (``atan2(-0.0, -1)`` flipped sign) or
+#: ``nnan``/``ninf``: zeros, NaN and infinity behave as in eager mode.
+FASTMATH = frozenset({"contract", "reassoc"})
 _SUPPORTED_KINDS = "biuf"
 _MAX_IR_LINES = 400
 _LOCK = threading.Lock()
@@ -56,7 +58,7 @@ import math
 import numpy as np
 from numba import njit, objmode
 
-from nbgrad.kernels.scalar import digamma, gelu, polygamma, relu, sigmoid, sign, softplus
+{scalar_import}
 
 #: eager kernels of ops run through objmode, filled in when the module is loaded
 FALLBACK = {{}}
@@ -143,7 +145,7 @@ def generate(graph: Graph, fastmath: frozenset[str] | bool = FASTMATH) -> Genera
                                                "lines)"]
     doc = "\n".join(ir_lines).replace("\\", "\\\\").replace('"""', "'''")
     doc = re.sub(r" at 0x[0-9a-fA-F]+", "", doc)  # addresses differ between processes
-    text = _HEADER.format(ghash=ghash, graph=doc)
+    text = _HEADER.format(ghash=ghash, graph=doc, scalar_import=SCALAR_IMPORT)
     # objmode blocks take the GIL: Numba warns about nogil=True with them
     nogil = "" if em.fallbacks else "nogil=True, "
     text += f"\n@njit(cache=True, {nogil}error_model=\"numpy\", fastmath={fm})\n"
@@ -306,6 +308,58 @@ PROMOTING = "promoting"
 TIER1_FINAL = "interpret (tier 2 refused)"
 
 
+#: set at interpreter exit: promotions stop (a compile in flight is abandoned)
+_EXITING = False
+#: how long exit waits for promotion threads to stop at a compiler-pass boundary
+EXIT_GRACE_S = 1.0
+_IN_PROMOTION = threading.local()
+_HOOKED = False
+
+
+class PromotionAbandoned(Exception):
+    """Raised inside a promotion's Numba compile when the interpreter exits."""
+
+
+def _at_exit() -> None:
+    """Abandon unfinished promotions: nothing waits for a compile at exit.
+
+    Promotion threads are daemons (Python does not join them). Their Numba compile
+    stops at the next compiler pass (:func:`_install_exit_hook`); exit waits at most
+    :data:`EXIT_GRACE_S` for that (a thread inside one long LLVM call is left in it;
+    teardown may wait for that call to return, never for the rest of the compile). The generated
+    module stays on disk: the next process that promotes the graph compiles it again (or
+    finds it in Numba's disk cache if it had finished).
+    """
+    global _EXITING
+    _EXITING = True
+    deadline = time.monotonic() + EXIT_GRACE_S
+    for t in list(PROMOTIONS):
+        t.join(max(0.0, deadline - time.monotonic()))
+
+
+def _install_exit_hook() -> None:
+    """Once: the exit handler, and a Numba compiler-pass listener that aborts a
+    promotion thread's compile at the next pass once the interpreter exits."""
+    global _HOOKED
+    if _HOOKED:
+        return
+    _HOOKED = True
+    import atexit
+
+    from numba.core import event
+
+    class _Abandon(event.Listener):
+        def on_start(self, ev) -> None:
+            if _EXITING and getattr(_IN_PROMOTION, "active", False):
+                raise PromotionAbandoned("the interpreter is exiting")
+
+        def on_end(self, ev) -> None:
+            pass
+
+    event.register("numba:run_pass", _Abandon())
+    atexit.register(_at_exit)
+
+
 def promote_in_background(entry) -> threading.Thread:
     """Compile the executables a ``nbgrad.jit`` entry already uses with tier 2, in a
     thread, and swap them in when ready; calls keep running in tier 1 meanwhile.
@@ -318,11 +372,14 @@ def promote_in_background(entry) -> threading.Thread:
     """
     def work() -> None:
         from .program import build  # the API's own path (custom Function nodes, handles)
+        _IN_PROMOTION.active = True
         try:
             built: dict[str, Executable] = {}
             for role, exe in list(entry._exe.items()):
                 if getattr(exe, "tier", None) == "compile":
                     continue
+                if _EXITING:  # the interpreter is exiting: abandon the promotion
+                    return
                 new = build(exe.graph, "compile")
                 if getattr(new, "tier", None) != "compile":  # tier 2 refused the graph
                     entry.tier = TIER1_FINAL
@@ -330,15 +387,21 @@ def promote_in_background(entry) -> threading.Thread:
                 built[role] = new
         except Exception as exc:  # never break a running program: stay in tier 1
             entry.tier = TIER1_FINAL
+            if _EXITING:  # abandoned at exit (PromotionAbandoned, or a module torn down)
+                return
             warnings.warn(f"nbgrad.jit: compiling a hot graph with tier 2 failed "
                           f"({type(exc).__name__}: {exc}); it keeps running in tier 1",
                           RuntimeWarning, stacklevel=1)
             return
         with entry._lock:
-            entry._exe.update(built)
+            adopt = getattr(entry, "adopt", None)  # its first run is checked against tier 1
+            for role, new in built.items():
+                entry._exe[role] = adopt(role, new) if adopt is not None else new
             entry.tier = "compile"
 
-    thread = threading.Thread(target=work, name="nbgrad-jit-tier2", daemon=False)
+    _install_exit_hook()
+    # a daemon: Python does not join it at exit (an unfinished compile is abandoned)
+    thread = threading.Thread(target=work, name="nbgrad-jit-tier2", daemon=True)
     PROMOTIONS.append(thread)
     thread.start()
     return thread

@@ -62,6 +62,16 @@ def fill(name: str, shape: tuple[int, ...], value: str) -> str:
     """A statement setting every element of array ``name`` (Numba has no 0-d ``fill``)."""
     return f"{name}.fill({value})" if shape else f"{name}[...] = {value}"
 
+
+def scalar_of(s: Store) -> str:
+    """The expression of a 0-d value as a scalar (a 0-d array is read at ``[()]``).
+
+    A 0-d value assigned to a scalar local (a loop carry) must be a scalar on every
+    path: Numba cannot unify a 0-d array with a scalar.
+    """
+    return s.name if s.kind in ("scalar", "literal") else s.ref([])
+
+
 class FunctionEmitter(OpsEmitter):
     """Writes the entry function of one graph (see the module docstring)."""
 
@@ -79,6 +89,8 @@ class FunctionEmitter(OpsEmitter):
         self.regions = 0
         self.fused_nodes = 0
         self.groups_total = 0
+        #: name of a view made by a shape op -> the name of the array it views
+        self.view_base: dict[str, str] = {}
 
     # -------------------------------------------------------------- helpers
     def num(self, v: Var) -> str:
@@ -92,6 +104,12 @@ class FunctionEmitter(OpsEmitter):
             k += 1
             name = f"{hint}_{k}"
         self.used_names.add(name)
+        return name
+
+    def buffer_of(self, name: str) -> str:
+        """The array whose memory the array named ``name`` is (a view's base, recursively)."""
+        while name in self.view_base:
+            name = self.view_base[name]
         return name
 
     def line(self, text: str, extra: int = 0) -> None:
@@ -241,7 +259,7 @@ class FunctionEmitter(OpsEmitter):
         nd = len(shape)
         inside: dict[int, str] = {}       # id(var) -> local name of a region value
         depth_of: dict[int, int] = {}     # id(var) -> loop depth where it is known
-        loads: dict[tuple, tuple[str, int]] = {}
+        loads: dict[str, tuple[str, int]] = {}  # element expression -> (local, depth)
         code: list[list[str]] = [[] for _ in range(nd + 1)]
         identity_reads: set[int] = set()
         other_reads: set[int] = set()
@@ -256,9 +274,12 @@ class FunctionEmitter(OpsEmitter):
             if s.kind in ("scalar", "literal"):
                 other_reads.add(id(v))
                 return s.name, 0, v.dtype
-            key = (id(v), acc.dims)
-            if key in loads:
-                name, d = loads[key]
+            # one load per element read: keyed by the element expression itself (the
+            # buffer and every index), so reads of one buffer at different offsets,
+            # steps or through different views never share a load
+            element = s.ref([acc.index(k) for k in range(len(acc.dims))])
+            if element in loads:
+                name, d = loads[element]
                 return name, d, v.dtype
             if acc.is_identity(shape):
                 identity_reads.add(id(v))
@@ -266,10 +287,9 @@ class FunctionEmitter(OpsEmitter):
                 other_reads.add(id(v))
             used = [d for d in acc.dims if d is not None]
             d = (max(used) + 1) if used else 0
-            element = s.ref([acc.index(k) for k in range(len(acc.dims))])
             name = self.fresh_name(f"x{self.num(v)}" + ("" if acc.is_identity(shape)
                                                         else f"_{len(loads)}"))
-            loads[key] = (name, d)
+            loads[element] = (name, d)
             code[d].append(f"{name} = {element}")
             return name, d, v.dtype
 
@@ -427,7 +447,7 @@ class FunctionEmitter(OpsEmitter):
             si = scope.get(init)
             if fin.shape == ():
                 s = self.define_scalar(fin, scope)
-                self.line(f"{s.name} = {si.name}")
+                self.line(f"{s.name} = {scalar_of(si)}")
             else:
                 s = self.store_array(fin, scope)
                 if si.kind == "literal":
@@ -519,7 +539,7 @@ class FunctionEmitter(OpsEmitter):
             s = inner.get(v)
             if v.shape == ():
                 if s.name != c:
-                    scalars.append((c, s.name))
+                    scalars.append((c, scalar_of(s)))
                 continue
             if s.name == c:
                 continue
@@ -529,10 +549,10 @@ class FunctionEmitter(OpsEmitter):
                 swapped.add(s.name)
             else:
                 copies.append((c, s))
-        # a copy that reads another carry must read its old value
+        # a copy that reads another carry (or a view of one) must read its old value
         staged = []
         for c, s in copies:
-            if s.kind != "literal" and s.name in cset:
+            if s.kind != "literal" and self.buffer_of(s.name) in cset:
                 tmp = self.fresh_name("old")
                 self.line(f"{tmp} = {s.array}.copy()")
                 staged.append((c, Store(tmp, "array", s.shape, s.dtype)))
@@ -542,6 +562,5 @@ class FunctionEmitter(OpsEmitter):
             self.copy(c, "", s, s.shape)
         for c, src in swaps:
             self.line(f"{c}, {src} = {src}, {c}")
-        if scalars:
-            self.line(", ".join(c for c, _ in scalars) + " = " +
-                      ", ".join(s for _, s in scalars) + ("," if len(scalars) == 1 else ""))
+        if scalars:  # one parallel assignment (a new value may be another carry's old one)
+            self.line(", ".join(c for c, _ in scalars) + " = " + ", ".join(s for _, s in scalars))

@@ -19,6 +19,7 @@ from .codegen_store import (
     Tier2Unsupported,
     _contiguous,
     _unit_dim_map,
+    cast,
     literal,
     objmode_type,
 )
@@ -69,6 +70,7 @@ class OpsEmitter:
             return
         name = self.fresh_name(f"v{self.num(out)}")
         self.line(f"{name} = {_contiguous(s)}.reshape({out.shape!r})")
+        self.view_base[name] = self.buffer_of(s.name)
         if s.layout == "C":
             scope.stores[id(out)] = Store(name, "array", out.shape, out.dtype, slot=s.slot)
             if scope.pool.owns(s.slot):
@@ -94,6 +96,7 @@ class OpsEmitter:
                 scope.pool.add_ref(s.slot, out)
             return
         name = self.fresh_name(f"v{self.num(out)}")
+        self.view_base[name] = self.buffer_of(s.name)
         if nd == 2:
             self.line(f"{name} = {s.array}.T")
             layout = {"C": "F", "F": "C"}.get(s.layout, "A")
@@ -179,15 +182,19 @@ class OpsEmitter:
         g, out = node.inputs[0], node.outputs[0]
         dims, offsets = fusion.basic_index_map(out.shape, node.attrs["indices"], g.ndim)
         self.line(f"# {self.comment_node(node)}")
-        s = self.store_array(out, scope, zero=True)
         sg = scope.get(g)
-        at = Access(out, dims, offsets)
-        target = f"{s.name}[{', '.join(at.index(k) for k in range(out.ndim))}]" \
-            if out.ndim else f"{s.name}[()]"
         value = sg.name if sg.kind != "array" else sg.ref([f"i{d}" for d in range(g.ndim)])
+        if out.ndim == 0:  # a 0-d value is a scalar local (never a 0-d array: see scalar_of)
+            o = self.define_scalar(out, scope)
+            self.line(f"{o.name} = {literal(0, out.dtype)}")
+            target = o.name
+        else:
+            s = self.store_array(out, scope, zero=True)
+            at = Access(out, dims, offsets)
+            target = f"{s.name}[{', '.join(at.index(k) for k in range(out.ndim))}]"
         for d, n in enumerate(g.shape):
             self.line(f"for i{d} in range({n}):", d)
-        self.line(f"{target} = {value}", g.ndim)
+        self.line(f"{target} = {cast(value, g.dtype, out.dtype)}", g.ndim)
 
     # fallback through objmode
     def emit_fallback(self, node: Node, scope: Scope) -> None:

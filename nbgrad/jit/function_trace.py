@@ -40,7 +40,7 @@ from ..autograd.function import BackwardFunction, FunctionCtx, apply_function
 from ..errors import TracerError
 from ..grad_mode import no_grad
 from ..tensor import STATE_TRACE, Tensor
-from .ir import FUNCTION, LOOP, ONCE_DIFFERENTIABLE, Graph, LoopInfo, Node, Var, make_loop
+from .ir import FUNCTION, LOOP, MARKERS, Graph, LoopInfo, Node, Var, make_loop
 from .pythonop import (
     _CTX_FIELDS,
     annotate,
@@ -162,7 +162,7 @@ def _trace_native(tracer, cls: type, args: tuple, kwargs: dict) -> Any:
         _probe_backward(cls, node, sub, tensor_args, outs, res_tensors)
     sub.graph.outputs = out_vars + res_vars
     attrs = function_attrs(cls, args, kwargs, outs, node, recipe, sub.graph)
-    in_vars = [tracer.var_of(t) for t in tensor_args]
+    in_vars = [tracer.use(t) for t in tensor_args]
     new_vars = [Var(v.shape, v.dtype) for v in sub.graph.outputs]
     tracer.add_node(Node(FUNCTION, in_vars, new_vars, attrs), outs + res_tensors)
     return raw
@@ -299,15 +299,15 @@ def _has_native(graph: Graph) -> bool:
     key = ("pythonop", "native")
     v = graph.cache.get(key)
     if v is None:
-        v = graph.cache[key] = any(n.op in (FUNCTION, ONCE_DIFFERENTIABLE)
+        v = graph.cache[key] = any(n.op == FUNCTION or n.op in MARKERS
                                    for n in graph.walk())
     return v
 
 
 def expand(graph: Graph) -> Graph:
     """``graph`` with native Function nodes replaced by their forward's nodes and
-    OnceDifferentiable markers by their input (loop bodies included); the same graph
-    when it has neither."""
+    markers (OnceDifferentiable, StopGradient) by their input (loop bodies included);
+    the same graph when it has neither."""
     if not _has_native(graph):
         return graph
     cached = graph.cache.get(("pythonop", "expanded"))
@@ -333,7 +333,7 @@ def _expand(graph: Graph) -> Graph:
         ins = [r(v) for v in node.inputs]
         if node.op == FUNCTION:
             _inline(node, ins, nodes, consts, rename)
-        elif node.op == ONCE_DIFFERENTIABLE:
+        elif node.op in MARKERS:
             rename[id(node.outputs[0])] = ins[0]
         elif node.op == LOOP:
             info = LoopInfo.of(node)

@@ -33,6 +33,11 @@ Nodes
       inlined before lowering, and ``"OnceDifferentiable"`` an identity marker on the
       results of a ``once_differentiable`` backward (:mod:`nbgrad.jit.function_trace`).
       Their semantics are their ``replay`` in :mod:`nbgrad.jit.pythonop`.
+    - ``op == "StopGradient"`` is the identity with no gradient: the tracer puts it where
+      eager mode cuts the autograd graph (``detach()``, a value made under ``no_grad()``
+      read with grad enabled, ...), so differentiating the graph cuts there too. It and
+      ``OnceDifferentiable`` are *markers* (``MARKERS``): one value to one of the same
+      type, the identity when run, removed before a graph is lowered or compiled.
 
 Loops
     ``inputs = carry inits + xs stacks + invariants``; ``outputs = final carries + ys
@@ -70,7 +75,11 @@ PYTHON_OP = "PythonOp"
 PYTHON_OP_GRAD = "PythonOpGrad"
 FUNCTION = "Function"
 ONCE_DIFFERENTIABLE = "OnceDifferentiable"
-CUSTOM_KINDS = frozenset({PYTHON_OP, PYTHON_OP_GRAD, FUNCTION, ONCE_DIFFERENTIABLE})
+#: the identity with no gradient, where eager mode cuts the autograd graph
+STOP_GRADIENT = "StopGradient"
+#: identity markers: removed before lowering, their meaning is their gradient
+MARKERS = frozenset({ONCE_DIFFERENTIABLE, STOP_GRADIENT})
+CUSTOM_KINDS = frozenset({PYTHON_OP, PYTHON_OP_GRAD, FUNCTION}) | MARKERS
 #: nodes that call Python code with side effects: never evaluated at graph-build time
 IMPURE = frozenset({PYTHON_OP, PYTHON_OP_GRAD})
 

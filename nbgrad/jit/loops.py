@@ -28,9 +28,9 @@ from .. import pytree
 from ..autograd.node import RETAIN_GRAPH_MESSAGE, SavedOutput, SavedTensor, gradient_edge
 from ..autograd.node import Node as AutogradNode
 from ..errors import TracerError
-from ..grad_mode import STATE, no_grad
+from ..grad_mode import STATE, enable_grad, no_grad
 from ..tensor import STATE_TRACE, Tensor
-from .ir import LOOP, Graph, LoopInfo, Node, Var, make_loop, type_str
+from .ir import LOOP, STOP_GRADIENT, Graph, LoopInfo, Node, Var, make_loop, type_str
 from .tracer import Tracer, run_traced, user_site
 
 __all__ = ["apply_loop", "fori_loop", "scan"]
@@ -74,10 +74,11 @@ def fori_loop(lower: int, upper: int, body: Callable[[Tensor, Any], Any], init: 
     upper = _static_int(upper, "upper", "fori_loop")
     leaves, spec = pytree.flatten(init)
     carry = [_leaf_tensor(x, "fori_loop", "init") for x in leaves]
-    if STATE_TRACE.tracer is None:
+    if STATE_TRACE.tracer is None:  # the same carry check as the traced body's
         val = pytree.unflatten(spec, carry)
         for i in range(lower, upper):
-            val = body(_index_tensor(i), val)
+            val = pytree.unflatten(spec, _check_carry("fori_loop", spec, carry,
+                                                      body(_index_tensor(i), val)))
         return val
     count = max(upper - lower, 0)
 
@@ -150,7 +151,11 @@ def _scan_eager(f, spec, carry, xspec, xt, n, reverse):
     yspec = None
     order = range(n - 1, -1, -1) if reverse else range(n)
     for i in order:
-        c, y = f(c, pytree.unflatten(xspec, [t[i] for t in xt]))
+        out = f(c, pytree.unflatten(xspec, [t[i] for t in xt]))
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise TypeError("scan: the body must return a pair (carry, y)")
+        c = pytree.unflatten(spec, _check_carry("scan", spec, carry, out[0]))
+        y = out[1]
         yleaves, yspec = pytree.flatten(y)
         ys.append([_leaf_tensor(v, "scan", "y") for v in yleaves])
     if reverse:
@@ -177,9 +182,12 @@ def _check_carry(fn: str, spec, init: list[Tensor], out: Any) -> list[Tensor]:
     tensors = [_leaf_tensor(x, fn, "the carry") for x in leaves]
     for k, (a, b) in enumerate(zip(init, tensors, strict=True)):
         if a.shape != b.shape or a.dtype != b.dtype:
+            hint = ""
+            if a.shape == b.shape:  # e.g. float32 carry + 0.05 * i (i: an int64 tensor)
+                hint = f" (cast the new value back with .to({a.dtype.name!r}))"
             raise TypeError(f"{fn}: carry leaf {k} changes from {a.dtype}{list(a.shape)} to "
                             f"{b.dtype}{list(b.shape)} in the body; a loop carry must keep "
-                            "its shape and dtype")
+                            f"its shape and dtype{hint}")
     return tensors
 
 
@@ -188,15 +196,35 @@ def _placeholders(arrays: Sequence[np.ndarray]) -> list[Tensor]:
 
 
 def _trace_body(fn: Callable, holders: list[Tensor]) -> tuple[Graph, list[Tensor]]:
-    """Trace ``fn(*holders)`` once into a body graph; returns it and the captured tensors."""
-    sub = Tracer(parent=STATE_TRACE.tracer)
+    """Trace ``fn(*holders)`` once into a body graph; returns it and the captured tensors.
+
+    With grad mode on, the body runs as eager mode would with floating inputs that
+    require grad, so that the tracer marks where it cuts the graph (``detach()``,
+    ``no_grad()``: :class:`~nbgrad.jit.tracer.Tracer`): the body graph is differentiated
+    (:func:`_build_plan`) whenever the loop is, by the jit or by eager autograd while
+    tracing. Else it runs under ``no_grad()``."""
+    parent = STATE_TRACE.tracer
+    sub = Tracer(parent=parent)
+    diff = STATE.grad_enabled and parent is not None and parent.cut_gradients
     for t in holders:
+        if diff and t.dtype.kind == "f":  # a non-leaf, as a carry is from step 2 on
+            t._requires_grad = True
+            t.grad_fn = _BodyInput([])
         sub.add_input(t)
-    with no_grad():
+    with enable_grad() if diff else no_grad():
         outs = run_traced(sub, fn, *holders, quiet=True)
-    with sub:
-        sub.graph.outputs = [sub.var_of(t) for t in outs]
+        with sub:  # a result that eager mode cut from the graph is cut in the loop too
+            sub.graph.outputs = [sub.use(t) for t in outs]
     return sub.graph, [t for _, _, t in sub.captures]
+
+
+class _BodyInput(AutogradNode):
+    """The autograd node of a body input while the body is traced (gradients end here)."""
+
+    __slots__ = ()
+
+    def apply(self, grads: list, create_graph: bool) -> list:
+        return []
 
 
 # ------------------------------------------------------------------ the loop node at run time
@@ -207,6 +235,16 @@ def apply_loop(info: LoopInfo, inputs: Sequence[Tensor]) -> list[Tensor]:
     """
     inputs = list(inputs)
     rg = tuple(bool(STATE.grad_enabled and t._requires_grad) for t in inputs)
+    tracer = STATE_TRACE.tracer
+    if any(rg) and tracer is not None and tracer.parent is not None:
+        # tracing a loop body: the outputs only need eager mode's requires_grad flags
+        # (the enclosing loop's plan differentiates this loop when it needs to)
+        outs = _run_forward(info, None, inputs)
+        for o, r in zip(outs, _loop_rg(info, rg)[1], strict=True):
+            if r:
+                o._requires_grad = True
+                o.grad_fn = _BodyInput([])
+        return outs
     plan = _get_plan(info, rg, inputs) if any(rg) else None
     outs = _run_forward(info, plan, inputs)
     return outs[:len(info.body.outputs)]
@@ -218,7 +256,10 @@ def _run_forward(info: LoopInfo, plan: LoopPlan | None, inputs: list[Tensor]) ->
     outs = [Tensor._make(a) for a in arrays]
     tracer = STATE_TRACE.tracer
     if tracer is not None:
-        in_vars = [tracer.var_of(t) for t in inputs]
+        # carries and xs as eager mode reads them; an invariant stands for every use the
+        # body makes of a captured value (the body's own markers cut where it detaches)
+        n = run.n_carry + run.n_xs
+        in_vars = [tracer.use(t) if k < n else tracer.var_of(t) for k, t in enumerate(inputs)]
         if any(tracer.is_dynamic(v) for v in in_vars):
             out_vars = [Var(a.shape, a.dtype) for a in arrays]
             tracer.add_node(make_loop(in_vars, out_vars, run), outs)
@@ -327,9 +368,16 @@ def _backward(plan: LoopPlan, inputs: list[Tensor], outs: list[Tensor], grads: l
         else:
             vals.append(inputs[k])
     bouts = apply_loop(plan.bwd_info, vals)
+    # as the eager Python loop: an input that no output with a gradient reads over the
+    # steps gets no gradient (None), not zeros
+    from .autodiff import unrolled_reach
+    wanted = {k for k in range(plan.n_out) if k < len(grads) and grads[k] is not None}
+    reached = unrolled_reach(plan.fwd_info.count, plan.fwd_info.n_carry, plan.step_reach,
+                             wanted)
     res: list = [None] * len(inputs)
     for i, k in plan.grad_map:
-        res[i] = bouts[k]
+        if i in reached:
+            res[i] = bouts[k]
     return res
 
 
@@ -344,6 +392,7 @@ class LoopPlan:
     bwd_info: LoopInfo             # the reversed loop
     recipe: list[tuple[str, int]]  # how to build bwd inputs: ct/zeros/out/in, index
     grad_map: list[tuple[int, int]]  # (loop input, bwd output) pairs
+    step_reach: tuple[frozenset[int], ...]  # per output: the inputs one step reads
 
 
 def _get_plan(info: LoopInfo, rg: tuple[bool, ...], inputs: Sequence[Tensor]) -> LoopPlan:
@@ -355,14 +404,35 @@ def _get_plan(info: LoopInfo, rg: tuple[bool, ...], inputs: Sequence[Tensor]) ->
 
 
 def _depends(graph: Graph, seeds: set[int]) -> set[int]:
-    """ids of the vars of ``graph`` that depend on the vars in ``seeds`` (floats only)."""
+    """ids of the vars of ``graph`` that depend on the vars in ``seeds`` through
+    differentiable paths (floats only; a StopGradient marker cuts)."""
     dep = set(seeds)
     for node in graph.nodes:
-        if any(v is not None and id(v) in dep for v in node.inputs):
+        if node.op != STOP_GRADIENT and any(v is not None and id(v) in dep
+                                            for v in node.inputs):
             for v in node.outputs:
                 if v.dtype.kind == "f":
                     dep.add(id(v))
     return dep
+
+
+def _loop_rg(info: LoopInfo, rg: tuple[bool, ...]) -> tuple[list[bool], list[bool]]:
+    """(loop inputs differentiated, outputs that require grad) when inputs ``rg`` do:
+    a fixed point over the body's dependencies (a carry computed from a differentiated
+    value is differentiated)."""
+    body = info.body
+    nc = info.n_carry
+    _, carry_v, xs_v, inv_v = info.body_inputs()
+    in_vars = carry_v + xs_v + inv_v
+    rg_in = [r and v.dtype.kind == "f" for r, v in zip(rg, in_vars, strict=True)]
+    while True:
+        dep = _depends(body, {id(v) for v, r in zip(in_vars, rg_in, strict=True) if r})
+        new = [rg_in[i] or (id(body.outputs[i]) in dep and carry_v[i].dtype.kind == "f")
+               for i in range(nc)]
+        if new == rg_in[:nc]:
+            break
+        rg_in[:nc] = new
+    return rg_in, [id(v) in dep for v in body.outputs]
 
 
 def _build_plan(info: LoopInfo, rg: tuple[bool, ...], example: list[np.ndarray]) -> LoopPlan:
@@ -373,16 +443,7 @@ def _build_plan(info: LoopInfo, rg: tuple[bool, ...], example: list[np.ndarray])
     n_in = len(rg)
     idx_v, carry_v, xs_v, inv_v = info.body_inputs()
     in_vars = carry_v + xs_v + inv_v
-    # which carries require grad: a fixed point over the body's dependencies
-    rg_in = [r and v.dtype.kind == "f" for r, v in zip(rg, in_vars, strict=True)]
-    while True:
-        dep = _depends(body, {id(v) for v, r in zip(in_vars, rg_in, strict=True) if r})
-        new = [rg_in[i] or (id(body.outputs[i]) in dep and carry_v[i].dtype.kind == "f")
-               for i in range(nc)]
-        if new == rg_in[:nc]:
-            break
-        rg_in[:nc] = new
-    out_rg = [id(v) in dep for v in body.outputs]
+    rg_in, out_rg = _loop_rg(info, rg)
 
     # ---- the joint body J(inputs, cotangents) -> (outputs, gradients), split
     off = 1 if idx_v is not None else 0
@@ -402,6 +463,7 @@ def _build_plan(info: LoopInfo, rg: tuple[bool, ...], example: list[np.ndarray])
     out_vars = joint.outputs
     ct_of = dict(zip(joint.diff, joint.cts, strict=True))  # body output k -> cotangent var
     grad_of = {i - off: g for i, g in zip(joint.wrt, joint.grads, strict=True)}
+    step_reach = _step_reach(joint, off, len(body.outputs))
     pnodes, tnodes, needed = partial_eval(joint)
     j_idx = j_inputs[0] if idx_v is not None else None
     j_carry = j_inputs[off:off + nc]
@@ -546,7 +608,17 @@ def _build_plan(info: LoopInfo, rg: tuple[bool, ...], example: list[np.ndarray])
     for j, k in enumerate(xs_grads):
         grad_map.append((nc + k, len(carries_b) + len(acc_for) + j))
     f_rg = tuple(out_rg) + tuple(v.dtype.kind == "f" for v in stacked)
-    return LoopPlan(tuple(rg), n_orig, fwd_info, f_rg, bwd_info, recipe, grad_map)
+    return LoopPlan(tuple(rg), n_orig, fwd_info, f_rg, bwd_info, recipe, grad_map,
+                    step_reach)
+
+
+def _step_reach(joint, off: int, n_out: int) -> tuple[frozenset[int], ...]:
+    """Per body output: the loop inputs (carries, xs, invariants) whose gradient its
+    cotangent reaches in one step (from the joint body)."""
+    from .autodiff import reached_inputs
+    return tuple(frozenset(i - off for i in reached_inputs(joint, [k == o for k in
+                                                                  range(n_out)]))
+                 for o in range(n_out))
 
 
 def describe_loop(info: LoopInfo) -> str:

@@ -516,9 +516,12 @@ class Lowering:
                     self.emit(Instr(I.OP_COPY, o=slot, a=self.get(v), n=v.size))
             # a new carry computed by one instruction after the last read of the old value
             # is written straight into the carry slot (no copy at the end of the body)
+            # (not when another new carry is this carry's old value: the copies below read it)
             body_start = self.code.index(head) + 1
-            for i, v in enumerate(body.outputs[:nc]):
-                self._carry_in_place(body_start, cslots[i], self.get(v), v)
+            outs = body.outputs[:nc]
+            for i, v in enumerate(outs):
+                if not any(self.get(w).st is cslots[i].st for j, w in enumerate(outs) if j != i):
+                    self._carry_in_place(body_start, cslots[i], self.get(v), v)
             # new carries: values living in a carry slot go through a temporary first
             new_locs = [self.get(v) for v in body.outputs[:nc]]
             carry_st = {id(c.st) for c in cslots}
@@ -1148,7 +1151,7 @@ class TapeExecutable(Executable):
         self.side_consts = {id(v): a for v, a in graph.consts.items() if id(v) in lw.side}
         self.template = np.zeros(self.size, self.dtype)
         for st, arr in lw.consts:
-            self.template[st.offset:st.offset + st.size] = arr
+            self.template[st.offset:st.offset + arr.size] = arr  # storages hold >= 1
         self._pool = self.template.copy()
         self._lock = threading.Lock()
         self.native_calls = sum(1 for s in self.steps if s[0] == "native")
@@ -1331,8 +1334,9 @@ def loop_executable(info: LoopInfo, arrays: Sequence[np.ndarray]) -> TapeExecuta
     outs = [v.like() for v in info.body.outputs[:nc]]
     outs += [Var((length,) + v.shape, v.dtype) for (_, _, length), v in
              zip(info.ys_index, info.body.outputs[nc:], strict=True)]
+    from .function_trace import expand  # markers (StopGradient...) are no instructions
     from .ir import make_loop
-    g = Graph(ins, {}, [make_loop(ins, outs, info)], outs)
+    g = expand(Graph(ins, {}, [make_loop(ins, outs, info)], outs))
     exe = TapeExecutable(g)
     if any(s[0] == "eager" for s in exe.steps):
         exe = None

@@ -59,6 +59,8 @@ def build(graph: Graph, tier: str = "interpret") -> Executable:
 
     Native custom Function nodes are inlined first; a graph with PythonOps gets an
     executable that owns their context handles (:func:`nbgrad.jit.pythonop.owning`).
+    Generated code (``"compile"``, ``"cuda"``) comes wrapped in a
+    :class:`nbgrad.jit.verify.Checked`: its first run is checked against tier 1.
     """
     global _TIER2_WARNED
     from .function_trace import expand
@@ -66,13 +68,14 @@ def build(graph: Graph, tier: str = "interpret") -> Executable:
     graph = expand(graph)
     if tier == "reference":
         return owning(Executable(graph))
+    from .verify import checked  # generated code: its first run is checked against tier 1
     if tier == "cuda":  # a graph of CUDA tensors: fused @cuda.jit kernels
         from ..cuda.fusion import CudaExecutable
-        return owning(CudaExecutable(graph))
+        return owning(checked(CudaExecutable(graph)))
     if tier == "compile":
         gen = tier2()
         if gen is not None:
-            return owning(gen.compile_graph(graph))
+            return owning(checked(gen.compile_graph(graph)))
         if not _TIER2_WARNED:
             _TIER2_WARNED = True
             warnings.warn("nbgrad.jit: tier-2 code generation is not available in this build; "

@@ -67,6 +67,7 @@ from ..tensor import STATE_TRACE, Tensor
 from .ir import (
     FUNCTION,
     LOOP,
+    MARKERS,
     ONCE_DIFFERENTIABLE,
     PYTHON_OP,
     PYTHON_OP_GRAD,
@@ -686,7 +687,7 @@ def _trace_python_op(tracer, cls: type, args: tuple, kwargs: dict) -> tuple[Any,
     node = ctx._node
     handle = _handle_tensor(ctx, cls, by_array=True)
     attrs = python_op_attrs(cls, args, kwargs, outs, node)
-    in_vars = [tracer.var_of(a) for a in args if isinstance(a, Tensor)]
+    in_vars = [tracer.use(a) for a in args if isinstance(a, Tensor)]
     out_vars = [Var((), np.int64)] + [Var(o._data.shape, o._data.dtype) for o in outs]
     tracer.add_node(Node(PYTHON_OP, in_vars, out_vars, attrs), [handle] + outs)
     if node is not None:
@@ -704,6 +705,9 @@ def replay_node(node: Node, values: list) -> list:
         return _replay_backward(node, values)
     if node.op == ONCE_DIFFERENTIABLE:
         return [mark_once(values[0], node.attrs["name"])]
+    if node.op in MARKERS:  # StopGradient
+        from .tracer import stop_gradient
+        return [stop_gradient(values[0])]
     from .function_trace import replay_function
     return replay_function(node, values)
 
@@ -812,7 +816,7 @@ def run_node(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray
         return _run_forward(node, arrays)
     if node.op == PYTHON_OP_GRAD:
         return _run_backward(node, arrays)
-    if node.op == ONCE_DIFFERENTIABLE:
+    if node.op in MARKERS:
         return [np.array(arrays[0], copy=True)]
     tensors = [None if a is None else Tensor._make(np.array(a, dtype=v.dtype, copy=True)
                                                    .reshape(v.shape))
@@ -890,7 +894,7 @@ def fallback_callable(node: Node) -> Callable:
 def check_node(node: Node, where: str) -> None:
     """Raise ``TracerError`` unless a node of these kinds is well formed."""
     a = node.attrs
-    if node.op == ONCE_DIFFERENTIABLE:
+    if node.op in MARKERS:
         if len(node.inputs) != 1 or len(node.outputs) != 1 or node.inputs[0] is None or \
                 node.inputs[0].shape != node.outputs[0].shape or \
                 node.inputs[0].dtype != node.outputs[0].dtype:

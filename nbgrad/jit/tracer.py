@@ -8,11 +8,24 @@ calls, are recorded like any forward op: tracing a function that calls
 ``nbgrad.autograd.grad`` records its forward and backward into one graph.
 
 Tensors are matched to graph values by their array object (``id(t._data)``), so
-``detach()`` and the aliases the autograd engine makes of saved outputs keep their
-value. A tensor the tracer has not seen is a constant (a snapshot of its value),
+the aliases the autograd engine makes of saved outputs keep their value. A tensor the
+tracer has not seen is a constant (a snapshot of its value),
 except a tensor that requires grad, which becomes an implicit input (read at every
 call, differentiated like an argument). Values are *dynamic* when they depend on an
 input; an op whose inputs are all constant is folded (not recorded).
+
+Where eager mode cuts the autograd graph, the graph gets a ``StopGradient`` marker,
+because the graph is differentiated afterwards by replaying it with every op recording
+(:mod:`nbgrad.jit.autodiff`): a ``detach()`` (also ``.data`` and the functional
+transforms' detached results) of a value that carries a gradient becomes the marker's
+output (on a new alias of the array, so that both stay apart), and an op recorded with
+grad enabled reads a marker in place of any input that does not require grad eagerly
+but carries a gradient in the graph (the results of ``no_grad()`` blocks and decorators,
+``set_grad_enabled(False)``, ``detach_()``, ``requires_grad_(False)``, gradients
+computed without ``create_graph``, custom Functions' non-differentiable outputs).
+``_carry`` tracks which values carry a gradient when the graph is differentiated (its
+inputs that require grad, and what differentiable ops compute from them), so graphs
+that are never differentiated get no markers.
 
 A value-dependent Python branch (``bool(t)``, ``t.item()``, ``t.numpy()``) on a
 dynamic tensor raises :class:`~nbgrad.TracerError` naming the user's file and line,
@@ -31,8 +44,9 @@ import numpy as np
 
 from ..backends import is_cuda_array
 from ..errors import TracerError
+from ..grad_mode import STATE
 from ..tensor import STATE_TRACE, Tensor
-from .ir import Graph, Node, Var
+from .ir import STOP_GRADIENT, Graph, Node, Var
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SMALL = 64  # constants with at most this many elements are shared by value
@@ -53,10 +67,13 @@ class Tracer:
 
     ``parent`` is the enclosing tracer when this one traces a loop body: a dynamic
     value of the parent used in the body becomes an invariant input of the body
-    (``self.captures`` lists ``(parent var, body var, tensor)``).
+    (``self.captures`` lists ``(parent var, body var, tensor)``). ``cut_gradients``:
+    put ``StopGradient`` markers where eager mode cuts the graph (off for the joint
+    graphs of :mod:`nbgrad.jit.autodiff`, which record a differentiation themselves).
     """
 
-    def __init__(self, parent: Tracer | None = None, implicit_inputs: bool = True) -> None:
+    def __init__(self, parent: Tracer | None = None, implicit_inputs: bool = True,
+                 cut_gradients: bool = True) -> None:
         self.graph = Graph()
         self.parent = parent
         self._env: dict[int, tuple[np.ndarray, list, int, Var]] = {}
@@ -66,12 +83,19 @@ class Tracer:
         self._keep: list = []  # keeps every array seen alive, so ids stay unique
         self.captures: list[tuple[Var, Var, Tensor]] = []
         self._captured: dict[int, Var] = {}
+        #: id(inner var) -> index in captures of a capture by a tensor not requiring grad
+        self._stand_ins: dict[int, int] = {}
         self.implicit_inputs = implicit_inputs
         #: (tensor, var) of tensors requiring grad found in closures (top level only)
         self.implicit: list[tuple[Tensor, Var]] = []
         #: weak references and versions of closed-over tensors frozen as constants
         self.frozen: list[tuple[weakref.ref, int]] = []
         self._prev = None
+        self.cut_gradients = cut_gradients
+        #: inputs requiring grad carry a gradient only when grad mode was on at the start
+        self._grad_roots = STATE.grad_enabled
+        self._carry: set[int] = set()  # ids of the vars that carry a gradient
+        self._stops: dict[int, Var] = {}  # id(var) -> its StopGradient var
 
     # ------------------------------------------------------------------ install
     def __enter__(self) -> Tracer:
@@ -89,6 +113,8 @@ class Tracer:
         v = Var(t._data.shape, t._data.dtype)
         self.graph.inputs.append(v)
         self.bind(t, v)
+        if t._requires_grad and self._grad_roots:
+            self._carry.add(id(v))
         return v
 
     def bind(self, t: Tensor, v: Var, dynamic: bool = True) -> None:
@@ -119,6 +145,8 @@ class Tracer:
         """The graph value of ``t``: bound, captured from a parent trace, or a constant."""
         v = self.lookup(t)
         if v is not None:
+            if t._requires_grad and id(v) in self._stand_ins:
+                self._prefer(v, t)
             return v
         if self.parent is not None:
             outer = self.parent._dynamic_var(t)
@@ -150,11 +178,22 @@ class Tracer:
         if inner is None:
             inner = outer.like()
             self._captured[id(outer)] = inner
+            if not t._requires_grad:  # e.g. a detach() of it: replaced by the first use
+                self._stand_ins[id(inner)] = len(self.captures)  # that requires grad
             self.captures.append((outer, inner, t))
             self.graph.inputs.append(inner)
             self._dynamic.add(id(inner))
+            if inner.dtype.kind in "fc":  # a body is differentiated by eager autograd
+                self._carry.add(id(inner))  # too: w.r.t. whatever requires grad there
         self.bind(t, inner)
         return inner
+
+    def _prefer(self, inner: Var, t: Tensor) -> None:
+        """Make ``t`` (which requires grad) the tensor that a capture stands for: the
+        loop's gradient goes to it, as eager mode's to the value the body differentiates."""
+        k = self._stand_ins.pop(id(inner))
+        outer, _, _ = self.captures[k]
+        self.captures[k] = (outer, inner, t)
 
     def constant(self, t: Tensor | np.ndarray) -> Var:
         """A constant var holding the current value of ``t`` (shared for equal values)."""
@@ -194,6 +233,42 @@ class Tracer:
             self.frozen.append((weakref.ref(t), t._version_box[0]))
         return v
 
+    # ------------------------------------------------------------------ gradient cuts
+    def carries(self, v: Var) -> bool:
+        """Whether ``v`` carries a gradient when the graph is differentiated."""
+        return id(v) in self._carry
+
+    def _stop(self, v: Var) -> Var:
+        """``v`` through a StopGradient marker (one per var)."""
+        s = self._stops.get(id(v))
+        if s is None:
+            s = self._stops[id(v)] = v.like()
+            self.graph.nodes.append(Node(STOP_GRADIENT, [v], [s]))
+            self._dynamic.add(id(s))
+        return s
+
+    def use(self, t: Tensor) -> Var:
+        """The var an op recorded now reads for ``t``: :meth:`var_of`, cut by a marker
+        where ``t`` carries a gradient in the graph but not eagerly (grad mode on)."""
+        v = self.var_of(t)
+        if self.cut_gradients and not t._requires_grad and id(v) in self._carry \
+                and STATE.grad_enabled:
+            return self._stop(v)
+        return v
+
+    def detach(self, t: Tensor) -> Tensor | None:
+        """``t.detach()`` when ``t`` carries a gradient here: a tensor on a new alias of
+        its array, bound to a StopGradient marker (None: detach as usual)."""
+        v = self.lookup(t) if self.cut_gradients else None
+        if v is None or id(v) not in self._carry:
+            return None
+        arr = t._data
+        alias = arr.view_as(arr.shape, arr.strides, arr.offset) if is_cuda_array(arr) \
+            else arr.view()
+        out = Tensor._make(alias, device=t._device, version_box=t._version_box, base=t)
+        self.bind(out, self._stop(v))
+        return out
+
     # ------------------------------------------------------------------ hooks
     def record(self, op, args: tuple, outputs: list[Tensor]) -> None:
         """Called by ``dispatch.apply`` after every op (it already ran eagerly)."""
@@ -203,14 +278,14 @@ class Tracer:
         for i, p in enumerate(op.params):
             if p.is_tensor:
                 t = args[i]
-                v = None if t is None else self.var_of(t)
+                v = None if t is None else self.use(t)
                 inputs.append(v)
                 dynamic = dynamic or (v is not None and id(v) in self._dynamic)
             elif p.is_tensor_list:
                 ts = list(args[i])
                 attrs["#" + p.name] = len(ts)
                 for t in ts:
-                    v = self.var_of(t)
+                    v = self.use(t)
                     inputs.append(v)
                     dynamic = dynamic or id(v) in self._dynamic
             else:
@@ -221,12 +296,19 @@ class Tracer:
         self.graph.nodes.append(Node(op.name, inputs, outs, attrs))
         for t, v in zip(outputs, outs, strict=True):
             self.bind(t, v)
+        if op.differentiable and any(v is not None and id(v) in self._carry for v in inputs):
+            out_diff = op.out_diff  # as dispatch marks outputs that require grad
+            self._carry.update(id(v) for k, v in enumerate(outs)
+                               if (out_diff[k] if k < len(out_diff) else out_diff[-1]))
 
     def add_node(self, node: Node, outputs: list[Tensor]) -> None:
-        """Append a node built elsewhere (a loop) and bind its output tensors."""
+        """Append a node built elsewhere (a loop, a custom Function) and bind its output
+        tensors (its inputs should come from :meth:`use`)."""
         self.graph.nodes.append(node)
         for t, v in zip(outputs, node.outputs, strict=True):
             self.bind(t, v)
+        if any(v is not None and id(v) in self._carry for v in node.inputs):
+            self._carry.update(id(v) for v in node.outputs if v.dtype.kind in "fc")
 
     def is_traced(self, t: Tensor) -> bool:
         """Whether ``t``'s value depends on the inputs of a function being traced."""
@@ -279,3 +361,20 @@ def run_traced(tracer: Tracer, fn: Callable, *args: Any, quiet: bool = False) ->
             with np.errstate(all="ignore"):
                 return fn(*args)
         return fn(*args)
+
+
+def stop_gradient(x: Tensor) -> Tensor:
+    """``x`` detached; under a tracer, its value through a StopGradient marker (how the
+    marker replays, so that a graph recorded from a replay cuts the gradient too)."""
+    tracer = STATE_TRACE.tracer
+    if tracer is not None:
+        v = tracer.lookup(x)
+        if v is not None and tracer.is_dynamic(v):
+            arr = x._data
+            t = Tensor._make(arr.copy() if is_cuda_array(arr) else np.array(arr, copy=True),
+                             device=x._device)
+            s = v.like()
+            tracer.graph.nodes.append(Node(STOP_GRADIENT, [v], [s]))
+            tracer.bind(t, s)
+            return t
+    return x.detach()

@@ -66,8 +66,9 @@ def matmul_nd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         out = matmul2d(A, B)
     else:
         batch = np.broadcast_shapes(A.shape[:-2], B.shape[:-2])
-        A3 = np.broadcast_to(A, batch + A.shape[-2:]).reshape((-1,) + A.shape[-2:])
-        B3 = np.broadcast_to(B, batch + B.shape[-2:]).reshape((-1,) + B.shape[-2:])
+        count = int(np.prod(batch, dtype=np.int64))  # not -1: ambiguous for empty matrices
+        A3 = np.broadcast_to(A, batch + A.shape[-2:]).reshape((count,) + A.shape[-2:])
+        B3 = np.broadcast_to(B, batch + B.shape[-2:]).reshape((count,) + B.shape[-2:])
         out = matmul3d(A3, B3).reshape(batch + (A.shape[-2], B.shape[-1]))
     if a1:
         out = out[..., 0, :]

@@ -8,7 +8,9 @@ op's arithmetic is written once.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -86,8 +88,9 @@ BINARY: dict[str, ScalarOp] = {op.name: op for op in [
     _u("minimum", "a if (a < b or a != a) else b", kind="same"),
     _u("atan2", "math.atan2(a, b)"),
     _u("fmod", "np.fmod(a, b)"),
-    _u("remainder", "a - b * np.floor(a / b) if b != 0 else math.nan"),
-    _u("floor_divide", "np.floor(a / b)"),
+    # integer operands stay integers (exact; a zero divisor raises), see kernels.scalar
+    _u("remainder", "remainder(a, b)", kind="same"),
+    _u("floor_divide", "floor_divide(a, b)", kind="same"),
     _u("hypot", "math.hypot(a, b)"),
     _u("eq", "a == b", kind="bool"),
     _u("ne", "a != b", kind="bool"),
@@ -106,12 +109,28 @@ TERNARY: dict[str, ScalarOp] = {op.name: op for op in [
     _u("lerp", "a + c * (b - a)"),
 ]}
 
-_PRELUDE = '''import math
+
+
+def _scalar_import() -> str:
+    from . import scalar
+    names = sorted(n for n, v in vars(scalar).items() if not n.startswith("_") and callable(v)
+                   and getattr(v, "__module__", None) == scalar.__name__)
+    # the digest makes a generated module's text (so its file and Numba cache) change with
+    # the helpers' code, which Numba's cache of the importing module does not track
+    digest = hashlib.sha256(Path(scalar.__file__).read_bytes()).hexdigest()[:16]
+    return (f"# nbgrad.kernels.scalar {digest}\n"
+            f"from nbgrad.kernels.scalar import {', '.join(names)}")
+
+
+#: the import lines of generated modules: every public helper of ``nbgrad.kernels.scalar``
+SCALAR_IMPORT = _scalar_import()
+
+_PRELUDE = f'''import math
 
 import numpy as np
 from numba import njit
 
-from nbgrad.kernels.scalar import digamma, gelu, polygamma, relu, sigmoid, sign, softplus
+{SCALAR_IMPORT}
 
 OPTS = dict(cache=True, nogil=True, error_model="numpy")
 '''

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 
-from numba.core.extending import register_jitable
+import numpy as np
+from numba.core import types
+from numba.core.extending import overload, register_jitable
 
 
 @register_jitable
@@ -129,3 +131,64 @@ def gelu(x, approximate):
         inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
         return 0.5 * x * (1.0 + math.tanh(inner))
     return 0.5 * x * math.erfc(-x * 0.7071067811865476)
+
+
+# ---------------------------------------------------------------- division with rounding
+# Floats: Python's ``%`` and ``//``, which Numba (CPU and CUDA) compiles to CPython's
+# (and NumPy's npy_divmod) algorithm over the exact fmod, so huge or tiny quotients are
+# right (remainder(1e20, 3) == 1, floor_divide(-0.25, -0.001) == 249) and a zero divisor
+# gives NaN or an infinity. Integers: exact, and a zero divisor raises ZeroDivisionError
+# as in PyTorch. Each is a Python function (the CUDA simulator calls it) with a typed
+# Numba implementation.
+
+
+def _integers(a, b) -> bool:
+    return isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer))
+
+
+def remainder(a, b):
+    """Python's ``a % b``: the remainder of floor division (sign of ``b``)."""
+    if _integers(a, b) and b == 0:
+        raise ZeroDivisionError("remainder: integer division by zero")
+    with np.errstate(all="ignore"):
+        return np.remainder(a, b)
+
+
+def floor_divide(a, b):
+    """Python's ``a // b``: the quotient rounded towards minus infinity."""
+    if _integers(a, b) and b == 0:
+        raise ZeroDivisionError("floor_divide: integer division by zero")
+    with np.errstate(all="ignore"):
+        return np.floor_divide(a, b)
+
+
+#: compiled without fast-math even inside fast-math callers (Numba otherwise inherits the
+#: caller's flags, and ``arcp`` turns ``x / b`` into ``x * (1 / b)``)
+_EXACT = {"fastmath": False}
+
+
+def _integer_types(a, b) -> bool:
+    return isinstance(a, (types.Integer, types.Boolean)) and \
+        isinstance(b, (types.Integer, types.Boolean))
+
+
+@overload(remainder, jit_options=_EXACT)
+def _remainder_typed(a, b):
+    if _integer_types(a, b):
+        def int_remainder(a, b):
+            if b == 0:
+                raise ZeroDivisionError("remainder: integer division by zero")
+            return a % b
+        return int_remainder
+    return lambda a, b: a % b
+
+
+@overload(floor_divide, jit_options=_EXACT)
+def _floor_divide_typed(a, b):
+    if _integer_types(a, b):
+        def int_floor_divide(a, b):
+            if b == 0:
+                raise ZeroDivisionError("floor_divide: integer division by zero")
+            return a // b
+        return int_floor_divide
+    return lambda a, b: a // b

@@ -265,7 +265,8 @@ def _pool_shape(op, shape, k, s, p, d, ceil_mode) -> tuple[int, int]:
 
 
 def _planes(x: np.ndarray) -> np.ndarray:
-    return c_writable(x).reshape((-1,) + x.shape[-2:])
+    count = int(np.prod(x.shape[:-2], dtype=np.int64))  # not -1: ambiguous for empty planes
+    return c_writable(x).reshape((count,) + x.shape[-2:])
 
 
 @kernel("max_pool2d")
@@ -341,7 +342,7 @@ def _avg_pool2d_backward_kernel(gy, input_size, kernel_size, stride, padding, ce
     gx = np.zeros(tuple(input_size), gy.dtype)
     ck.avg_pool2d_backward(_planes(gy), *kernel_size, *stride, *padding,
                            bool(count_include_pad), int(divisor_override or 0),
-                           gx.reshape((-1,) + gx.shape[-2:]))
+                           _planes(gx))
     return gx
 
 

@@ -52,7 +52,8 @@ def _square(op: str, A: Tensor) -> None:
 
 def _stack(x: np.ndarray) -> np.ndarray:
     """A C-contiguous, writeable (batch, rows, cols) copy or view of ``x``."""
-    return blas.c_writable(x).reshape((-1,) + x.shape[-2:])
+    count = int(np.prod(x.shape[:-2], dtype=np.int64))  # not -1: ambiguous for empty matrices
+    return blas.c_writable(x).reshape((count,) + x.shape[-2:])
 
 
 def _broadcast_stacks(op: str, A: np.ndarray, B: np.ndarray

@@ -87,6 +87,8 @@ def apply(op: OpDef, args: tuple):
     base = args[op.view_of] if op.view_of is not None else None
     outputs = []
     for k, arr in enumerate(arrays):
+        if isinstance(arr, np.generic):  # a kernel's 0-d result: data is always an array
+            arr = np.asarray(arr)
         if base is not None and np.may_share_memory(arr, base._data):
             t = Tensor._make(arr, device=device, version_box=base._version_box,
                              base=base if base._base is None else base._base)

@@ -33,9 +33,10 @@ def _prepare(kind: str, t: Tensor) -> Tensor:
 def _register_unary(spec: ew.ScalarOp):
     name, kind = spec.name, spec.kind
 
-    @kernel(name)
-    def unary_kernel(x, *params):
-        return ew.run_unary(name, x, _out_dtype(kind, x.dtype), *map(float, params))
+    if name not in _OWN_KERNEL:
+        @kernel(name)
+        def unary_kernel(x, *params):
+            return ew.run_unary(name, x, _out_dtype(kind, x.dtype), *map(float, params))
 
     op = get(name)
     if spec.params:
@@ -82,6 +83,7 @@ def _register_binary(spec: ew.ScalarOp):
 
 
 _EXPLICIT = {"pow"}  # binary ops whose arguments are not named (self, other)
+_OWN_KERNEL = {"polygamma"}  # unary ops whose kernel is not (x, *params): defined below
 _FUNCTIONS = {}
 for _spec in ew.UNARY.values():
     _FUNCTIONS[_spec.name] = _register_unary(_spec)
@@ -89,7 +91,8 @@ for _spec in ew.BINARY.values():
     _FUNCTIONS[_spec.name] = _register_binary(_spec)
 globals().update({k: v for k, v in _FUNCTIONS.items() if v is not None})
 __all__ = sorted([k for k, v in _FUNCTIONS.items() if v is not None]
-                 + ["pow", "softplus", "clamp", "clip", "polygamma", "where", "lerp"])
+                 + ["pow", "softplus", "clamp", "clamp_tensor", "clip", "polygamma", "where",
+                    "lerp"])
 
 
 @op_function("pow")
@@ -110,25 +113,86 @@ def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor
     return apply(_SOFTPLUS, (_prepare("float", as_tensor(self)), float(beta), float(threshold)))
 
 
+_CLAMP_TENSOR = get("clamp_tensor")
+
+
+def _is_bound_tensor(bound) -> bool:
+    return isinstance(bound, Tensor) or (isinstance(bound, np.ndarray) and bound.ndim > 0)
+
+
 @op_function("clamp")
-def clamp(self: Tensor, min: float | None = None, max: float | None = None) -> Tensor:  # noqa: A002
-    """Limit values to ``[min, max]``; the gradient passes where ``min <= x <= max``."""
+def clamp(self: Tensor, min: float | Tensor | None = None,  # noqa: A002
+          max: float | Tensor | None = None) -> Tensor:  # noqa: A002
+    """Limit values to ``[min, max]`` (``max`` wins where ``min > max``).
+
+    Bounds are numbers or tensors broadcast with ``self``; tensor bounds get gradients
+    as in PyTorch: ``min`` where ``self < min < max``, ``max`` where ``self > max`` or
+    ``max < min``, ``self`` where ``min <= self <= max``.
+    """
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given")
+    if _is_bound_tensor(min) or _is_bound_tensor(max):
+        return clamp_tensor(self, min, max)
     lo = -math.inf if min is None else float(min)
     hi = math.inf if max is None else float(max)
     return apply(_CLAMP, (as_tensor(self), lo, hi))
 
 
-def clip(self: Tensor, min: float | None = None, max: float | None = None) -> Tensor:  # noqa: A002
+def clip(self: Tensor, min: float | Tensor | None = None,  # noqa: A002
+         max: float | Tensor | None = None) -> Tensor:  # noqa: A002
     """NumPy's name for :func:`clamp`."""
     return clamp(self, min, max)
 
 
+@kernel("clamp_tensor")
+def _clamp_tensor_kernel(x, min, max):  # noqa: A002
+    out = x
+    if min is not None:
+        out = ew.run_binary("maximum", out, min, x.dtype)
+    if max is not None:
+        out = ew.run_binary("minimum", out, max, x.dtype)
+    return out
+
+
+@op_function("clamp_tensor")
+def clamp_tensor(self: Tensor, min: Tensor | None = None,  # noqa: A002
+                 max: Tensor | None = None) -> Tensor:  # noqa: A002
+    """:func:`clamp` with tensor bounds (broadcast with ``self``; numbers become tensors)."""
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given")
+    present = [t for t in (self, min, max) if t is not None]
+    promoted = iter(promote_operands(*present))
+    x = next(promoted)
+    lo = None if min is None else next(promoted)
+    hi = None if max is None else next(promoted)
+    # a RuntimeError naming clamp and the shapes where the bounds do not broadcast
+    ew.broadcast_shape("clamp", *(t.shape for t in (x, lo, hi) if t is not None))
+    return apply(_CLAMP_TENSOR, (x, lo, hi))
+
+
+@kernel("polygamma")
+def _polygamma_kernel(n, x):
+    return ew.run_unary("polygamma", x, x.dtype, float(n))
+
+
 @op_function("polygamma")
-def polygamma(self: Tensor, n: int) -> Tensor:
-    """The ``n``-th derivative of the digamma function."""
-    return apply(_POLYGAMMA, (_prepare("float", as_tensor(self)), int(n)))
+def polygamma(n: int, self: Tensor) -> Tensor:
+    """The ``n``-th derivative of the digamma function (PyTorch's argument order)."""
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"polygamma(n, input): n must be a non-negative Python int, got "
+                        f"{type(n).__name__}" + (" (the order is polygamma(n, input))"
+                                                 if isinstance(n, Tensor) else ""))
+    if n < 0:
+        raise RuntimeError(f"polygamma(n, input) does not support negative n (got {n})")
+    return apply(_POLYGAMMA, (int(n), _prepare("float", as_tensor(self))))
+
+
+def _polygamma_method(self: Tensor, n: int) -> Tensor:
+    """``polygamma(n, self)``, as PyTorch's ``Tensor.polygamma(n)``."""
+    return polygamma(n, self)
+
+
+Tensor.polygamma = _polygamma_method
 
 
 # ------------------------------------------------------------ three operands

@@ -178,6 +178,24 @@ def _as3(shape: tuple[int, ...], dim: int) -> tuple[int, int, int]:
             int(np.prod(shape[dim + 1:], dtype=np.int64)))
 
 
+def check_index_range(op: str, index: np.ndarray, low: int, high: int, what: str,
+                      shapes: str) -> None:
+    """IndexError naming ``op``, the first offending value and the size unless every entry
+    of ``index`` lies in ``[low, high)``. Kernels call it too: under ``nbgrad.jit`` they
+    run on index values the public function never saw."""
+    if index.size:
+        lo, hi = index.min(), index.max()
+        if lo < low or hi >= high:
+            bad = lo if lo < low else hi
+            raise IndexError(f"{op}: index {int(bad)} is out of range for {what} {shapes}")
+
+
+def _along_range(op: str, shape: tuple, dim: int, index: np.ndarray) -> None:
+    n = shape[dim] if shape else 1
+    check_index_range(op, index, 0, n, f"dim {dim} of size {n}",
+                      f"(self {tuple(shape)}, index {tuple(index.shape)})")
+
+
 def _i64(index: np.ndarray) -> np.ndarray:
     return c_writable(index.astype(np.int64, copy=False))
 
@@ -216,12 +234,13 @@ def _check_along(op: str, self: Tensor, dim, index: Tensor, src: Tensor | None =
 
 @kernel("gather")
 def _gather_kernel(x, dim, index):
+    _along_range("gather", x.shape, dim, index)
     region = _region(index.shape, x.shape, dim)
     src = c_writable(x if region is None else x[region])
     out = np.empty(index.shape, x.dtype)
-    a, n, b = _as3(src.shape, dim)
-    sk.gather_dim(src.reshape(a, n, b), _i64(index).reshape(a, -1, b),
-                       out.reshape(a, -1, b))
+    per = _as3(index.shape, dim)  # explicit sizes: -1 is ambiguous for empty arrays
+    sk.gather_dim(src.reshape(_as3(src.shape, dim)), _i64(index).reshape(per),
+                       out.reshape(per))
     return out
 
 
@@ -230,20 +249,26 @@ def gather(self: Tensor, dim: int, index: Tensor, *, axis=None) -> Tensor:
     """``out[i][j][k] = self[index[i][j][k]][j][k]`` for ``dim=0`` (torch's ``gather``);
     the output has the index's shape."""
     index = _index_tensor(index, "gather")
+    if self.ndim + index.ndim == 1:  # torch reads a 0-d self or index as 1-d here
+        from .shape import reshape
+
+        flat = gather(reshape(self, (-1,)), dim if axis is None else axis, reshape(index, (-1,)))
+        return reshape(flat, tuple(index.shape))
     d = _check_along("gather", self, dim if axis is None else axis, index)
     return apply(get("gather"), (self, d, index))
 
 
-def _scatter_into(out: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray,
+def _scatter_into(op: str, out: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray,
                   accumulate: bool) -> None:
+    _along_range(op, out.shape, dim, index)
     region = _region(index.shape, out.shape, dim)
     block = out if region is None else c_writable(out[region]).copy()
-    a, n, b = _as3(block.shape, dim)
     if src.shape != index.shape:
         src = np.broadcast_to(src, index.shape)
     src = c_writable(src.astype(out.dtype, copy=False))
-    sk.scatter_dim(block.reshape(a, n, b), _i64(index).reshape(a, -1, b),
-                        src.reshape(a, -1, b), accumulate)
+    per = _as3(index.shape, dim)  # explicit sizes: -1 is ambiguous for empty arrays
+    sk.scatter_dim(block.reshape(_as3(block.shape, dim)), _i64(index).reshape(per),
+                        src.reshape(per), accumulate)
     if region is not None:
         out[region] = block
 
@@ -251,7 +276,7 @@ def _scatter_into(out: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray,
 @kernel("gather_backward")
 def _gather_backward_kernel(g, sizes, dim, index):
     out = np.zeros(tuple(sizes), g.dtype)
-    _scatter_into(out, dim, index, g, True)
+    _scatter_into("gather_backward", out, dim, index, g, True)
     return out
 
 
@@ -288,7 +313,7 @@ def _scatter_args(op: str, self: Tensor, dim, index, src) -> tuple:
 @kernel("scatter")
 def _scatter_kernel(x, dim, index, src):
     out = np.array(x, order="C", copy=True)
-    _scatter_into(out, dim, index, src, False)
+    _scatter_into("scatter", out, dim, index, src, False)
     return out
 
 
@@ -309,7 +334,7 @@ def scatter(self: Tensor, dim: int, index: Tensor, src=None, *, value=None,
 @kernel("scatter_add")
 def _scatter_add_kernel(x, dim, index, src):
     out = np.array(x, order="C", copy=True)
-    _scatter_into(out, dim, index, src, True)
+    _scatter_into("scatter_add", out, dim, index, src, True)
     return out
 
 
@@ -343,6 +368,7 @@ def _selected_shape(shape, dim: int, m: int) -> tuple[int, ...]:
 @kernel("index_select")
 def _index_select_kernel(x, dim, index):
     idx = _i64(index).reshape(-1)
+    _along_range("index_select", x.shape, dim, idx)
     a, n, b = _as3(x.shape, dim)
     out = np.empty((a, idx.size, b), x.dtype)
     sk.index_select_dim(c_writable(x).reshape(a, n, b), idx, out)
@@ -360,6 +386,7 @@ def index_select(self: Tensor, dim: int, index: Tensor, *, axis=None) -> Tensor:
 def _index_select_backward_kernel(g, sizes, dim, index):
     out = np.zeros(tuple(sizes), g.dtype)
     idx = _i64(index).reshape(-1)
+    _along_range("index_select_backward", out.shape, dim, idx)
     a, n, b = _as3(out.shape, dim)
     sk.index_add_dim(out.reshape(a, n, b), idx, c_writable(g).reshape(a, idx.size, b))
     return out
@@ -374,6 +401,12 @@ def index_select_backward(self: Tensor, sizes, dim: int, index: Tensor) -> Tenso
                  (self, sizes, int(dim) % max(len(sizes), 1), index))
 
 
+def _take_range(op: str, shape: tuple, index: np.ndarray) -> None:
+    n = int(np.prod(shape, dtype=np.int64))
+    check_index_range(op, index, -n, n, f"a tensor of {n} elements",
+                      f"(self {tuple(shape)}, index {tuple(index.shape)})")
+
+
 def _flat_positions(index: np.ndarray, numel: int) -> np.ndarray:
     pos = _i64(index).reshape(-1)
     return np.where(pos < 0, pos + numel, pos) if pos.size and pos.min() < 0 else pos
@@ -381,6 +414,7 @@ def _flat_positions(index: np.ndarray, numel: int) -> np.ndarray:
 
 @kernel("take")
 def _take_kernel(x, index):
+    _take_range("take", x.shape, index)
     out = np.empty(index.shape, x.dtype)
     sk.gather_flat(c_writable(x).reshape(-1), _flat_positions(index, x.size),
                         out.reshape(-1))
@@ -403,6 +437,7 @@ def take(self: Tensor, index: Tensor) -> Tensor:
 @kernel("take_backward")
 def _take_backward_kernel(g, sizes, index):
     out = np.zeros(tuple(sizes), g.dtype)
+    _take_range("take_backward", out.shape, index)
     sk.scatter_add_flat(out.reshape(-1), _flat_positions(index, out.size),
                              c_writable(g).reshape(-1))
     return out

@@ -45,9 +45,8 @@ def matmul(self: Tensor, other: Tensor) -> Tensor:
     """NumPy's ``matmul``: 1-D operands are promoted, batch dimensions broadcast."""
     a, b = _floats("matmul", self, other)
     if a.ndim == 0 or b.ndim == 0:
-        raise RuntimeError(
-            f"matmul: both operands need at least 1 dimension, got shapes {a.shape} and {b.shape}"
-        )
+        raise RuntimeError(f"matmul: both arguments to matmul need to be at least 1D, got "
+                           f"shapes {tuple(a.shape)} and {tuple(b.shape)}")
     ka = a.shape[-1]
     kb = b.shape[0] if b.ndim == 1 else b.shape[-2]
     if ka != kb:

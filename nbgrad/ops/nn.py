@@ -564,7 +564,16 @@ def dropout(self: Tensor, p: float = 0.5, training: bool = True, inplace: bool =
 # ------------------------------------------------------------------ embedding, linear
 @kernel("embedding")
 def _embedding_kernel(indices, weight, padding_idx):
+    _embedding_range("embedding", indices, weight.shape)
     return np.take(weight, indices, axis=0)
+
+
+def _embedding_range(op: str, indices: np.ndarray, weight_shape: tuple) -> None:
+    from .indexing import check_index_range
+
+    n = weight_shape[0]
+    check_index_range(op, indices, 0, n, f"{n} rows",
+                      f"(input {tuple(indices.shape)}, weight {tuple(weight_shape)})")
 
 
 @op_function("embedding")
@@ -594,8 +603,9 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
 @kernel("embedding_backward")
 def _embedding_backward_kernel(g, indices, num_weights, padding_idx):
     dim = g.shape[-1]
+    _embedding_range("embedding_backward", indices, (num_weights, dim))
     out = np.zeros((num_weights, dim), g.dtype)
-    nk.embedding_bwd(c_contiguous(g).reshape(-1, dim),
+    nk.embedding_bwd(c_contiguous(g).reshape(indices.size, dim),  # not -1: dim may be 0
                      c_contiguous(indices, np.int64).reshape(-1),
                      -1 if padding_idx is None else padding_idx, out)
     return out
@@ -611,7 +621,8 @@ def embedding_backward(grad_output: Tensor, input: Tensor, num_weights: int,  # 
 
 @kernel("linear")
 def _linear_kernel(x, weight, bias):
-    x2 = x.reshape(1, -1) if x.ndim == 1 else c_contiguous(x).reshape(-1, x.shape[-1])
+    rows = int(np.prod(x.shape[:-1], dtype=np.int64))  # not -1: x may have 0 features
+    x2 = c_contiguous(x).reshape(rows, x.shape[-1])
     out = matmul2d(x2, weight.T)
     if bias is not None:
         nk.add_rows(out, c_contiguous(bias, out.dtype).reshape(-1))

@@ -155,7 +155,8 @@ def sum(self: Tensor, dim=None, keepdim: bool = False, dtype=None, *, axis=None)
 def _mean_kernel(x, dim, keepdim):
     total = reduce_sum(x, dim, keepdim, "mean")
     count = reduced_count(x.shape, dim)
-    return (total / count).astype(x.dtype, copy=False)
+    with np.errstate(invalid="ignore", divide="ignore"):  # the mean of nothing is NaN, quietly
+        return (total / count).astype(x.dtype, copy=False)
 
 
 @op_function("mean")

@@ -15,7 +15,6 @@ from collections.abc import Callable
 
 from ..errors import TableError
 from ..table import Entry, load_table
-from ..table.formula_cache import FormulaCache, table_digest
 from ..table.loader import parse_raw, table_path
 from ..table.schema import Param
 
@@ -171,12 +170,9 @@ def bind_table(path=None) -> dict[str, Entry]:
     raw_entries = parse_raw(text)
     names = {str(raw["name"]).split("(")[0].strip()
              for raw in raw_entries if isinstance(raw, dict) and "name" in raw}
-    cache = FormulaCache(table_digest(text, FORMULA_HELPERS), resolve, _is_tensor,
-                         FORMULA_HELPERS)
     entries = load_table(is_op=names.__contains__, resolve=resolve,
                          is_tensor=_is_tensor, path=path,
-                         helpers=FORMULA_HELPERS, raw_entries=raw_entries,
-                         compile_fn=cache)
+                         helpers=FORMULA_HELPERS, raw_entries=raw_entries)
     for name, entry in entries.items():
         op = REGISTRY.get(name)
         if op is None or "cpu" not in op.kernels:
@@ -186,7 +182,6 @@ def bind_table(path=None) -> dict[str, Entry]:
     for name, op in REGISTRY.items():
         if op.kernels and name not in entries:
             raise TableError(f"kernel for op {name!r} has no derivatives.yaml entry")
-    cache.save()  # only after every cross-check passed
     _TABLE.clear()
     _TABLE.update(entries)
     return entries

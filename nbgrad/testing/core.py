@@ -122,6 +122,22 @@ def _to_tensor(value, dtype, requires_grad: bool):
     return value
 
 
+def check_array_outputs(outputs, what: str) -> None:
+    """Assert that every tensor in ``outputs`` converts with ``np.asarray`` to an ndarray
+    of its shape and dtype (0-d results included: a tensor never holds a NumPy scalar)."""
+    for k, out in enumerate(outputs if isinstance(outputs, (tuple, list)) else (outputs,)):
+        if not isinstance(out, Tensor):
+            continue
+        assert out.device.type != "cpu" or isinstance(out._data, np.ndarray), \
+            f"{what}: output {k} holds a {type(out._data).__name__}, not an ndarray"
+        arr = np.asarray(out)
+        assert type(arr) is np.ndarray, \
+            f"{what}: output {k} converts to {type(arr).__name__}, not an ndarray"
+        assert arr.shape == out.shape and arr.dtype == out.dtype, \
+            (f"{what}: output {k} converts to {arr.shape} {arr.dtype}, but the tensor is "
+             f"{out.shape} {out.dtype}")
+
+
 def all_records() -> dict[str, OpRecord]:
     """Every record, from every module of :mod:`nbgrad.testing.records`."""
     from . import records

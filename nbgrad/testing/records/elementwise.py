@@ -90,12 +90,34 @@ def _lerp_samples(rng):
     ]
 
 
+def _polygamma_samples(rng):
+    """``polygamma(n, input)``: n first, as in PyTorch."""
+    return [Sample((n, sample_array(rng, shape, "positive")), note=f"n={n} {shape}")
+            for n, shape in ((0, (3,)), (1, (2, 3)), (2, (4,)), (3, ()))]
+
+
 def _clamp_samples(rng):
     x = sample_array(rng, (3, 4)) * 2
     x = np.where(np.abs(np.abs(x) - 0.5) < 0.05, x + 0.2, x)  # keep off the bounds
     return [Sample((x,), {"min": -0.5, "max": 0.5}, note="both"),
             Sample((x,), {"min": -0.5}, note="min"),
             Sample((x,), {"max": 0.5}, note="max")]
+
+
+def _clamp_tensor_samples(rng):
+    """Tensor bounds, broadcast, one missing, and ``min > max`` somewhere (max wins)."""
+    x = sample_array(rng, (3, 4)) * 2
+    lo = sample_array(rng, (3, 1)) - 0.5
+    hi = sample_array(rng, (4,)) + 0.5
+    hi[0] = lo.min() - 0.3  # a column where max < min for every row
+
+    def off(v, *bounds):  # keep x off the bounds (finite differences cross no kink)
+        for b in bounds:
+            v = np.where(np.abs(v - b) < 0.05, v + 0.15, v)
+        return v
+    x = off(x, lo, hi)
+    return [Sample((x, lo, hi), note="both"), Sample((x, lo), note="min"),
+            Sample((x,), {"max": hi}, note="max")]
 
 
 RECORDS = [
@@ -109,9 +131,11 @@ RECORDS = [
              ref=np.logical_not, grad=False),
     OpRecord("softplus", unary_samples("real"),
              ref=lambda x: np.logaddexp(0, x)),
-    OpRecord("polygamma", unary_samples("positive", n=1),
-             ref=lambda x, n: sp.polygamma(n, x), ref_rtol=1e-9),
+    OpRecord("polygamma", _polygamma_samples,
+             ref=lambda n, x: sp.polygamma(n, x), ref_rtol=1e-9),
     OpRecord("clamp", _clamp_samples, ref=lambda x, min=None, max=None: np.clip(x, min, max)),
+    OpRecord("clamp_tensor", _clamp_tensor_samples,
+             ref=lambda x, min=None, max=None: np.clip(x, min, max)),
     OpRecord("where", _where_samples, ref=np.where),
     OpRecord("lerp", _lerp_samples, ref=lambda a, b, w: a + w * (b - a)),
 ]

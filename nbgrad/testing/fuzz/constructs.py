@@ -1,0 +1,123 @@
+"""Constructs beyond single table ops: custom autograd Functions and loop bodies.
+
+Each has a callable and the nbgrad source it stands for (used by reproducers), kept
+side by side so that the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ... import ops as nb
+from ...autograd import Function
+from ...factories import tensor
+
+
+class Softclip(Function):
+    """softclip(x) = x / (1 + |x|) with a hand-written backward (traceable: native path)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        d = 1.0 + nb.abs(x)
+        ctx.save_for_backward(d)
+        return x / d
+
+    @staticmethod
+    def backward(ctx, g):
+        (d,) = ctx.saved_tensors
+        return g / (d * d)
+
+
+class ScaledMul(Function):
+    """``scale * a * b`` for same-shaped ``a`` and ``b``; a Python number on ``ctx``."""
+
+    @staticmethod
+    def forward(ctx, a, b, scale):
+        ctx.save_for_backward(a, b)
+        ctx.scale = scale
+        return a * b * scale
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return g * b * ctx.scale, g * a * ctx.scale, None
+
+
+class SoftclipNumpy(Function):
+    """Softclip written in NumPy on ``x.numpy()``: not traceable (the PythonOp path)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        a = x.numpy()
+        d = 1.0 + np.abs(a)
+        ctx.d = d
+        return tensor(a / d)
+
+    @staticmethod
+    def backward(ctx, g):
+        return tensor(g.numpy() / (ctx.d * ctx.d))
+
+
+#: custom Functions by step name: (apply, source of the call with ``{0}``, ``{1}``, ``{p0}``)
+FUNCTIONS: dict[str, tuple[Callable, str]] = {
+    "fn_softclip": (lambda xs, p: Softclip.apply(xs[0]), "Softclip.apply({0})"),
+    "fn_scaled_mul": (lambda xs, p: ScaledMul.apply(xs[0], xs[1], p[0]),
+                      "ScaledMul.apply({0}, {1}, {p0!r})"),
+    "fn_softclip_numpy": (lambda xs, p: SoftclipNumpy.apply(xs[0]),
+                          "SoftclipNumpy.apply({0})"),
+}
+
+#: fori_loop bodies ``(i, c, w) -> c`` (``w``: a value closed over that broadcasts to ``c``)
+FORI_BODIES: dict[str, tuple[Callable, str]] = {
+    "decay": (lambda i, c, w: 0.5 * c + nb.tanh(w), "0.5 * c + nb.tanh({w})"),
+    "index": (lambda i, c, w: 0.8 * c + 0.1 * i + 0.1 * w, "0.8 * c + 0.1 * i + 0.1 * {w}"),
+    "index_cast": (lambda i, c, w: 0.8 * c + (0.1 * i).to(c.dtype) + 0.1 * w,
+                   "0.8 * c + (0.1 * i).to(c.dtype) + 0.1 * {w}"),
+    "gate": (lambda i, c, w: c * nb.sigmoid(w) + 0.1 * nb.sin(c),
+             "c * nb.sigmoid({w}) + 0.1 * nb.sin(c)"),
+    "quadratic": (lambda i, c, w: c - 0.1 * c * c + 0.2 * w, "c - 0.1 * c * c + 0.2 * {w}"),
+}
+
+#: scan bodies ``(c, x) -> (c, y)``; ``full``: the carry has the shape of ``x``, else 0-d
+SCAN_BODIES: dict[str, tuple[Callable, str]] = {
+    "accumulate": (lambda c, x: (0.7 * c + nb.sin(x), (0.7 * c + nb.sin(x)) * x),
+                   "(0.7 * c + nb.sin(x), (0.7 * c + nb.sin(x)) * x)"),
+    "accumulate_0d": (lambda c, x: (0.7 * c + nb.sin(x).sum(), c * x),
+                      "(0.7 * c + nb.sin(x).sum(), c * x)"),
+    "gate": (lambda c, x: (c * nb.sigmoid(x) + x, nb.tanh(c)),
+             "(c * nb.sigmoid(x) + x, nb.tanh(c))"),
+    "gate_0d": (lambda c, x: (c * nb.sigmoid(x.sum()) + 0.5 * x.mean(), nb.tanh(c) * x),
+                "(c * nb.sigmoid(x.sum()) + 0.5 * x.mean(), nb.tanh(c) * x)"),
+}
+
+
+def fori(xs, params):
+    """``fori_loop(0, n, body, xs[0])`` closing over ``xs[1]``."""
+    from ...jit import fori_loop
+    n, body = params
+    fn = FORI_BODIES[body][0]
+    w = xs[1]
+    return fori_loop(0, n, lambda i, c: fn(i, c, w), xs[0])
+
+
+def scan(xs, params):
+    """``scan(body, xs[0], xs[1])``: the final carry or the stacked outputs."""
+    from ...jit import scan as _scan
+    body, output, reverse = params
+    carry, ys = _scan(SCAN_BODIES[body][0], xs[0], xs[1], reverse=reverse)
+    return carry if output == "carry" else ys
+
+
+def fori_code(args: list[str], params) -> str:
+    n, body = params
+    expr = FORI_BODIES[body][1].format(w=args[1])
+    return f"nb.jit.fori_loop(0, {n}, lambda i, c: {expr}, {args[0]})"
+
+
+def scan_code(args: list[str], params) -> str:
+    body, output, reverse = params
+    expr = SCAN_BODIES[body][1]
+    pick = "[0]" if output == "carry" else "[1]"
+    return f"nb.jit.scan(lambda c, x: {expr}, {args[0]}, {args[1]}, reverse={reverse}){pick}"

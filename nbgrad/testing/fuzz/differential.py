@@ -1,0 +1,376 @@
+"""Runs fuzz programs through every executor and reports where they disagree.
+
+Executors: ``eager`` (float64 reference; float32 programs are also compared with their
+float64 twin), ``fd`` (the eager gradient against central finite differences in
+float64, along random directions), ``interpret`` (``nbgrad.jit(mode="interpret")``,
+tier 1), ``compile`` (``mode="compile"``, tier 2) and ``auto`` (``mode="auto"`` after
+the background promotion to tier 2). Every jitted function is called :data:`CALLS`
+times (the first call may take another path than later ones), the last time on slightly
+moved inputs; values, output dtypes and gradients must match eager each time.
+
+Tier 2 compiles are the expensive part, so ``compile`` and ``auto`` run programs in
+batches: one jitted function returns every program's result (their leaves are disjoint,
+so results and gradients stay separate). A disagreement is then confirmed on the
+program alone, which gives its reproducer. The promotion check (tier 2's first result
+verified against tier 1) is turned off while programs run: it would hide what we test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import traceback
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...tensor import Tensor
+from .program import Program, to_source
+
+EXECUTORS = ("eager", "fd", "interpret", "compile", "auto")
+#: calls of each jitted function (the first traces; later ones run the compiled graph)
+CALLS = 3
+#: how far the inputs of the last call move (well inside the generator's GAP)
+NUDGE = 0.004
+#: programs per tier-2 compile (see the module docstring)
+BATCH = 6
+TOLERANCE = {"float64": (1e-9, 1e-9), "float32": (2e-4, 2e-4)}  # (rtol, atol per |max|)
+
+
+@dataclass
+class Mismatch:
+    """One disagreement: ``executor`` on ``call`` (1-based; 0 when not a call) got
+    ``what`` wrong (``detail`` says by how much, or the exception)."""
+
+    executor: str
+    program: Program
+    call: int
+    what: str
+    detail: str
+    batch: tuple[Program, ...] = field(default=())
+    #: the node count of the program this one was shrunk from (0: not shrunk)
+    shrunk_from: int = 0
+
+    def headline(self) -> str:
+        call = f", call {self.call}" if self.call else ""
+        if self.call and self.executor == "auto":
+            call += " after the promotion"
+        return (f"seed {self.program.seed} ({self.program.dtype}): {self.executor}{call}: "
+                f"{self.what}: {self.detail}")
+
+    def report(self) -> str:
+        """The headline and a reproducer: the program as nbgrad code and as a Program."""
+        mode = {"interpret": "interpret", "compile": "compile", "auto": "auto"}.get(
+            self.executor)
+        lines = [self.headline(), "", "# reproducer", to_source(self.program)]
+        if self.shrunk_from:
+            lines[2] += (f" (shrunk from the {self.shrunk_from} nodes of seed "
+                         f"{self.program.seed}'s program to {len(self.program.nodes)})")
+        if mode:
+            promote = ("  # mode='auto' promotes after 20 calls: call it 20 times, then "
+                       "nbgrad.jit.codegen.wait_for_promotions()") if mode == "auto" else ""
+            lines += ["nb.jit.set_promotion_check(False)",
+                      f"jf = nb.jit(f, mode={mode!r}){promote}",
+                      f"for call in range({CALLS}):",
+                      "    for x in inputs:", "        x.grad = None",
+                      "    out, loss = jf(*inputs)", "    loss.backward()",
+                      "    print(out, [x.grad for x in inputs])",
+                      "print('eager:', f(*inputs)[0])"]
+        lines += ["", f"# as a Program: {self.program!r}".replace("\n", " ")]
+        if self.batch:
+            lines += ["", f"# seen only with {len(self.batch)} programs in one jitted "
+                      "function (seeds " + ", ".join(str(p.seed) for p in self.batch) + ")"]
+        return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def no_promotion_check() -> Iterator[None]:
+    """Tier 2 runs unverified (``nbgrad.jit.set_promotion_check(False)``), restored after."""
+    from ... import jit
+    switch = getattr(jit, "set_promotion_check", None)
+    previous = switch(False) if switch is not None else None
+    try:
+        yield
+    finally:
+        if switch is not None:
+            switch(previous)
+
+
+# ------------------------------------------------------------------ references
+@dataclass
+class Result:
+    """What one run gave: the result, the loss and the gradients of the leaves."""
+
+    out: np.ndarray
+    loss: np.ndarray
+    grads: list[np.ndarray | None]
+
+
+def inputs(program: Program, call: int, dtype: str | None = None) -> list[np.ndarray]:
+    """Leaf values for ``call`` (1-based): the program's own, moved for the last call."""
+    leaves = [t.numpy() for t in program.leaves(dtype, requires_grad=False)]
+    if call < CALLS:
+        return leaves
+    rng = np.random.default_rng([program.seed, 5])
+    return [(a + NUDGE * rng.uniform(-1, 1, a.shape)).astype(a.dtype) for a in leaves]
+
+
+def _run(fn, programs: Sequence[Program], arrays: list[list[np.ndarray]]) -> list[Result]:
+    """Call ``fn`` (a batch function) on fresh leaves, backward the summed losses."""
+    leaves = [[Tensor(a, requires_grad=True) for a in group] for group in arrays]
+    outs = fn(*[t for group in leaves for t in group])
+    total = None
+    for _out, loss in outs:
+        total = loss if total is None else total + loss
+    total.backward()
+    return [Result(out.numpy(), loss.numpy(),
+                   [None if t.grad is None else t.grad.numpy() for t in group])
+            for (out, loss), group in zip(outs, leaves, strict=True)]
+
+
+def batch_function(programs: Sequence[Program]):
+    """One function of all the programs' leaves returning each program's (result, loss)."""
+    counts = [sum(1 for _ in p.leaves(requires_grad=False)) for p in programs]
+
+    def fn(*xs):
+        out, k = [], 0
+        for p, n in zip(programs, counts, strict=True):
+            out.append(p.both(*xs[k:k + n]))
+            k += n
+        return tuple(out)
+
+    return fn
+
+
+def _compare(got: Result, want: Result, program: Program, executor: str, call: int
+             ) -> list[Mismatch]:
+    rtol, atol = TOLERANCE[program.dtype]
+    found = []
+    pairs = [("result", got.out, want.out), ("loss", got.loss, want.loss)] + [
+        (f"gradient of x{k}", g, w) for k, (g, w) in enumerate(zip(got.grads, want.grads,
+                                                                   strict=True))]
+    for what, g, w in pairs:
+        if (g is None) != (w is None):
+            found.append(Mismatch(executor, program, call, what,
+                                  f"got {'None' if g is None else 'a tensor'}, eager "
+                                  f"{'None' if w is None else 'a tensor'}"))
+            continue
+        if g is None:
+            continue
+        if g.shape != w.shape or g.dtype != w.dtype:
+            found.append(Mismatch(executor, program, call, what,
+                                  f"got {g.dtype}{list(g.shape)}, eager "
+                                  f"{w.dtype}{list(w.shape)}"))
+            continue
+        scale = 1.0 + float(np.max(np.abs(w), initial=0.0))
+        err = np.abs(g.astype(np.float64) - w.astype(np.float64))
+        bad = ~(err <= atol * scale + rtol * np.abs(w)) | (np.isnan(g) != np.isnan(w))
+        if np.any(bad):
+            k = int(np.argmax(np.where(np.isnan(err), np.inf, err)))
+            found.append(Mismatch(executor, program, call, what,
+                                  f"max |difference| {float(np.nanmax(err)):.3g} at flat "
+                                  f"index {k}: got {g.ravel()[k]!r}, eager {w.ravel()[k]!r} "
+                                  f"({int(np.sum(bad))} of {w.size} elements off)"))
+    return found
+
+
+def _raised(exc: BaseException, program: Program, executor: str, call: int) -> Mismatch:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename.split('/')[-1]}:{frames[-1].lineno})" if frames \
+        else ""
+    text = " ".join(str(exc).split())[:400]
+    return Mismatch(executor, program, call, "raised", f"{type(exc).__name__}: {text}{where}")
+
+
+# ------------------------------------------------------------------ executors
+def eager_reference(program: Program) -> tuple[list[Result] | None, list[Mismatch]]:
+    """Eager results for every call's inputs, and what is wrong with them (float32
+    against float64; a raising program is rejected: ``None`` and a mismatch)."""
+    refs = []
+    try:
+        for call in range(1, CALLS + 1):
+            refs.append(_run(batch_function([program]), [program],
+                             [inputs(program, call)])[0])
+    except Exception as exc:  # the program is invalid: every executor must say so too
+        return None, [_raised(exc, program, "eager", 0)]
+    found = []
+    kinds = [("result", refs[0].out)] + [(f"gradient of x{k}", g)
+                                         for k, g in enumerate(refs[0].grads) if g is not None]
+    for what, a in kinds:  # a float32 program stays float32 (float64 likewise)
+        if a.dtype != np.dtype(program.dtype):
+            found.append(Mismatch("eager", program, 0, f"dtype of the {what}",
+                                  f"{a.dtype} from {program.dtype} inputs"))
+    if program.dtype == "float32":
+        twin = Program(program.nodes, program.seed, "float64")
+        want = _run(batch_function([twin]), [twin], [inputs(twin, 1)])[0]
+        got = refs[0]
+        for what, g, w in [("result (float32 vs float64)", got.out, want.out)] + [
+                (f"gradient of x{k} (float32 vs float64)", g, w)
+                for k, (g, w) in enumerate(zip(got.grads, want.grads, strict=True))]:
+            if g is not None and w is not None and not np.allclose(
+                    g, w, rtol=2e-3, atol=2e-3 * (1 + np.max(np.abs(w), initial=0.0))):
+                found.append(Mismatch("eager", program, 0, what,
+                                      f"max |difference| {np.max(np.abs(g - w)):.3g}"))
+    return refs, found
+
+
+def finite_differences(program: Program, eps: float = 1e-6, directions: int = 2
+                       ) -> list[Mismatch]:
+    """The eager gradient of the float64 program along random directions against central
+    differences of its loss."""
+    twin = Program(program.nodes, program.seed, "float64")
+    base = inputs(twin, 1)
+    grads = _run(batch_function([twin]), [twin], [base])[0].grads
+
+    def loss(arrays):
+        return float(twin.loss(*[Tensor(a) for a in arrays]).numpy())
+
+    rng = np.random.default_rng([program.seed, 6])
+    found = []
+    for _ in range(directions):
+        v = [rng.standard_normal(a.shape) for a in base]
+        plus = loss([a + eps * d for a, d in zip(base, v, strict=True)])
+        minus = loss([a - eps * d for a, d in zip(base, v, strict=True)])
+        fd = (plus - minus) / (2 * eps)
+        an = sum(float(np.sum(g * d)) for g, d in zip(grads, v, strict=True) if g is not None)
+        scale = 1.0 + abs(an) + abs(plus) * 1e-3
+        if not abs(fd - an) <= 2e-5 * scale:
+            found.append(Mismatch("fd", program, 0, "directional derivative",
+                                  f"eager gradient gives {an!r}, finite differences "
+                                  f"{fd!r}"))
+            break
+    return found
+
+
+def run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor: str
+            ) -> tuple[list[Mismatch], bool]:
+    """The programs in one jitted function under ``executor``; (mismatches, whether tier
+    2 ran: for ``auto``, whether the promotion happened)."""
+    from ... import jit
+    fn = batch_function(programs)
+    jitted = jit(fn, mode=executor)
+    found: list[Mismatch] = []
+    call = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            if executor == "auto":
+                from ...jit.api import PROMOTE_AFTER
+                from ...jit.codegen import wait_for_promotions
+                for _ in range(PROMOTE_AFTER + 2):  # until the promotion starts
+                    _run(jitted, programs, [inputs(p, 1) for p in programs])
+                    if any(e.tier != "interpret" for e in jitted._cache.values()):
+                        break
+                wait_for_promotions(300)
+            for call in range(1, CALLS + 1):
+                got = _run(jitted, programs, [inputs(p, call) for p in programs])
+                for g, ref, p in zip(got, refs, programs, strict=True):
+                    found += _compare(g, ref[call - 1], p, executor, call)
+                if found:
+                    break
+        except Exception as exc:
+            found.append(_raised(exc, programs[0], executor, call))
+    return found, ran_tier2(jitted)
+
+
+def ran_tier2(jitted) -> bool:
+    """Whether a jitted function's executables are generated code (tier 2)."""
+    exes = [x for e in getattr(jitted, "_cache", {}).values()
+            for x in getattr(e, "_exe", {}).values()]
+    return bool(exes) and all(getattr(getattr(x, "inner", x), "tier", None) == "compile"
+                              for x in exes)
+
+
+def raises_like_eager(program: Program, eager_error: str, executor: str) -> list[Mismatch]:
+    """Where eager raises (``eager_error``: "Type: message"), the jit must raise an error
+    of the same type (not return a result, nor fail in another way)."""
+    from ... import jit
+    jitted = jit(batch_function([program]), mode=executor)
+    kind = eager_error.split(":", 1)[0]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _run(jitted, [program], [inputs(program, 1)])
+    except Exception as exc:
+        if type(exc).__name__ == kind:
+            return []
+        m = _raised(exc, program, executor, 1)
+        m.what = f"raised another error than eager ({eager_error[:200]})"
+        return [m]
+    return [Mismatch(executor, program, 1, "returned a result", f"eager raised "
+                     f"{eager_error[:300]}")]
+
+
+def check_programs(programs: Sequence[Program], executors: Sequence[str] = EXECUTORS,
+                   batch: int = BATCH, stats: dict | None = None) -> list[Mismatch]:
+    """Every executor on every program; the mismatches found. ``stats`` (if given)
+    counts graphs per executor (``tried``), rejected programs and tier-2 runs."""
+    stats = {} if stats is None else stats
+    clock = stats.setdefault("seconds", {})
+    found: list[Mismatch] = []
+    valid: list[tuple[Program, list[Result]]] = []
+    with no_promotion_check():
+        for p in programs:
+            refs, bad = eager_reference(p)
+            if refs is None:
+                stats["rejected"] = stats.get("rejected", 0) + 1
+                stats.setdefault("rejections", []).append(bad[0].headline())
+                for executor in ("interpret", "compile"):
+                    if executor in executors:
+                        found += raises_like_eager(p, bad[0].detail, executor)
+                continue
+            valid.append((p, refs))
+            _count(stats, "eager")
+            if "eager" in executors:
+                found += bad
+            if "fd" in executors:
+                _count(stats, "fd")
+                found += finite_differences(p)
+            if "interpret" in executors:
+                _count(stats, "interpret")
+                found += run_jit([p], [refs], "interpret")[0]
+        for executor in ("compile", "auto"):
+            if executor not in executors:
+                continue
+            start = time.perf_counter()
+            for k in range(0, len(valid), batch):
+                group = valid[k:k + batch]
+                found += _batched(group, executor, stats)
+            clock[executor] = clock.get(executor, 0.0) + time.perf_counter() - start
+    return found
+
+
+def _count(stats: dict, key: str, n: int = 1) -> None:
+    tried = stats.setdefault("tried", {})
+    tried[key] = tried.get(key, 0) + n
+
+
+def _batched(group: list[tuple[Program, list[Result]]], executor: str, stats: dict
+             ) -> list[Mismatch]:
+    progs = [p for p, _ in group]
+    bad, tier2 = run_jit(progs, [r for _, r in group], executor)
+    _count(stats, executor, len(group))
+    if tier2:
+        _count(stats, f"{executor} on tier 2", len(group))
+    if not bad:
+        return []
+    # confirm on each suspect alone (all of them when the batch raised)
+    suspects = {id(m.program) for m in bad} if bad[0].what != "raised" else \
+        {id(p) for p in progs}
+    found = []
+    for p, refs in group:
+        if id(p) in suspects:
+            alone, _ = run_jit([p], [refs], executor)
+            found += alone[:1]
+    if not found:
+        m = bad[0]
+        found.append(Mismatch(m.executor, m.program, m.call, m.what, m.detail, tuple(progs)))
+    return found
+
+
+def check_program(program: Program, executors: Sequence[str] = EXECUTORS
+                  ) -> list[Mismatch]:
+    """:func:`check_programs` of one program."""
+    return check_programs([program], executors)

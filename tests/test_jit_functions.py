@@ -13,6 +13,7 @@ from nbgrad.autograd import Function
 from nbgrad.autograd.function import once_differentiable
 from nbgrad.jit import pythonop
 from nbgrad.jit.ir import FUNCTION, PYTHON_OP, PYTHON_OP_GRAD, check
+from nbgrad.testing.fuzz.constructs import Softclip
 
 RTOL = 1e-12
 
@@ -50,21 +51,7 @@ def _no_leaked_contexts():
 
 
 # ------------------------------------------------------------------ W5: softclip
-class Softclip(Function):
-    """softclip(x) = x / (1 + |x|), hand-written backward, nbgrad ops only."""
-
-    @staticmethod
-    def forward(ctx, x):
-        d = 1.0 + nb.abs(x)
-        ctx.save_for_backward(d)
-        return x / d
-
-    @staticmethod
-    def backward(ctx, g):
-        (d,) = ctx.saved_tensors
-        return g / (d * d)
-
-
+# Softclip: x / (1 + |x|), hand-written backward, nbgrad ops only (the fuzzer's own)
 class SoftclipNumpy(Function):
     """The same Function written in NumPy on ``x.numpy()``: it cannot be traced."""
 

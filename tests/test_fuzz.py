@@ -200,6 +200,71 @@ def test_a_wrong_executor_is_reported_with_a_reproducer(monkeypatch):
     assert "nb.jit(f, mode='compile')" in text and "x0[1:3, -2]" in text
 
 
+# Tier 2 compiled with LLVM's fast-math flags that assume no NaN, infinity or signed zero
+# changed results on special inputs: ``arcp`` hoisted 1/b out of ``a / b`` (a broadcast
+# 0-d b = 5e-324 gave NaN for -0.0 / 5e-324), ``nsz`` flipped atan2(-0.0, -1) to +pi.
+FASTMATH_CLASS = {
+    "arcp_div_by_0d": Program(nodes=(Leaf(shape=(4,), domain="real"),
+                                     Leaf(shape=(), domain="nonzero"),
+                                     Step(op="div", inputs=(0, 1), params=())), seed=61),
+    "nsz_atan2_neg_zero": Program(nodes=(Leaf(shape=(3,), domain="real"),
+                                         Step(op="sub", inputs=(0, 0), params=()),
+                                         Step(op="neg", inputs=(1,), params=()),
+                                         Leaf(shape=(), domain="nonzero"),
+                                         Step(op="atan2", inputs=(2, 3), params=())), seed=1),
+    # fuzz finding F3 (seed 63): ``contract`` fused x0[:-2] + x0[1:-1] * -2.0 into an FMA,
+    # 1e308 where eager overflows to inf (tier 2 now compiles without fast-math)
+    "contract_fma_overflow": Program(nodes=(Leaf(shape=(4, 1), domain="positive", key=0),
+                                            Step(op="index", inputs=(0,),
+                                                 params=((slice(None, -2, None),),)),
+                                            Step(op="index", inputs=(0,),
+                                                 params=((slice(1, -1, None),),)),
+                                            Step(op="index", inputs=(0,),
+                                                 params=((slice(2, None, None),),)),
+                                            Step(op="mul", inputs=(2,), params=(-2.0, "right")),
+                                            Step(op="add", inputs=(1, 4), params=())),
+                                     seed=63),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FASTMATH_CLASS))
+def test_special_values_catch_unsafe_fastmath_flags(name, monkeypatch):
+    """With the flags of the bug put back (in this process only), the fuzzer's check
+    fails; with tier 2's real flags it passes."""
+    from nbgrad.jit import codegen
+    program = FASTMATH_CLASS[name]
+    assert check_program(program, ("eager", "interpret", "compile")) == []
+    unsafe = frozenset({"arcp", "contract", "nsz", "reassoc"})
+    monkeypatch.setattr(codegen.generate, "__defaults__", (unsafe,))
+    monkeypatch.setattr(codegen.compile_graph, "__kwdefaults__",
+                        {**codegen.compile_graph.__kwdefaults__, "fastmath": unsafe})
+    found = check_program(program, ("compile",))
+    assert found and found[0].executor == "compile", found
+    if not name.startswith("nsz"):  # ordinary inputs cannot show it: the special call
+        assert found[0].call == diff_mod.SPECIAL_CALL, found[0].report()
+        assert "on special inputs" in found[0].report()
+
+
+def test_special_inputs_and_ieee_comparison():
+    from nbgrad.testing.fuzz import special
+    program = FASTMATH_CLASS["arcp_div_by_0d"]
+    base = diff_mod.inputs(program, 1)
+    mixed = special.special_inputs(program, base)
+    assert [(a.shape, a.dtype) for a in mixed] == [(a.shape, a.dtype) for a in base]
+    assert any(np.any(a != b) for a, b in zip(mixed, base, strict=True))
+    assert special.special_inputs(program, base)[0].tolist() == mixed[0].tolist()
+    same = special.ieee_difference
+    w = np.array([np.nan, np.inf, -0.0, 1.0, 1e300])
+    assert same(w.copy(), w, 1e-12, 1.0, signs=True) is None
+    assert same(w + np.array([0, 0, 0, 1e-14, 1e287]), w, 1e-12, 1e300) is None
+    for got, what in [([1.0, np.inf, -0.0, 1.0, 1e300], "NaN"),
+                      ([np.nan, -np.inf, -0.0, 1.0, 1e300], "infinity"),
+                      ([np.nan, np.inf, -0.0, 1.0 + 1e-9, 1e300], "finite value"),
+                      ([np.nan, np.inf, 0.0, 1.0, 1e300], "sign of zero")]:
+        assert same(np.array(got), w, 1e-12, 1.0, signs=True).startswith(what)
+    assert same(np.array([np.nan, np.inf, 0.0, 1.0, 1e300]), w, 1e-12, 1.0) is None
+
+
 def test_promotion_check_is_off_while_fuzzing_and_restored():
     switch = getattr(nb.jit, "set_promotion_check", None)
     if switch is None:

@@ -35,6 +35,7 @@ import pytest  # noqa: E402
 import nbgrad as nb  # noqa: E402
 import nbgrad.jit as J  # noqa: E402
 from nbgrad.jit import api, codegen  # noqa: E402
+from nbgrad.nn import functional as F  # noqa: E402
 
 RTOL, ATOL = 1e-12, 1e-12
 CALLS = 3
@@ -517,3 +518,44 @@ def test_cuda_fused_two_views_of_one_buffer_match_eager(name):
         v, g = jvg(xc)
         _close(v.numpy(), ev.numpy(), "value")
         _close(g.numpy(), eg.numpy(), "gradient")
+
+
+# ------------------------------------------------------------------ reductions sharing a region
+# Tier 2 accumulates a reduction whose output dtype differs from its accumulator's
+# (float32 sums accumulate in float64; means divide at the end) in a pooled buffer. It
+# was released while the region was still being written, so a second such reduction in
+# the same region accumulated into the same buffer (layer_norm's weight and bias
+# gradients came out as their sum; fuzz seed 500780).
+REGION_REDUCTIONS = {
+    "layer_norm_weight_and_bias": lambda x, w, b, c: (
+        F.layer_norm(x, (3,), w, b) * c).sum(),
+    "two_sums_over_dim0": lambda x, w, b, c: (
+        (x * w).sum(0) * b + (x * c).sum(0)).sum(),
+    "two_means_over_dim0": lambda x, w, b, c: (
+        (x * w).mean(0) * (x * c).mean(0) + b).sum(),
+    "three_reductions": lambda x, w, b, c: (
+        (x * w).sum(0) + (x * c).mean(0) * (x - c).sum(0) + b).sum(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REGION_REDUCTIONS))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mode", ["interpret", "compile"])
+def test_reductions_in_one_region_keep_their_own_accumulators(name, dtype, mode):
+    f = REGION_REDUCTIONS[name]
+    rng = np.random.default_rng(7)
+    arrays = [rng.uniform(0.5, 2.0, (5, 3)), rng.normal(size=3), rng.normal(size=3),
+              rng.uniform(0.5, 1.5, (5, 3))]
+
+    def run(fn):
+        ts = [nb.tensor(a.astype(dtype), requires_grad=True) for a in arrays]
+        out = fn(*ts)
+        out.backward()
+        return [out.detach().numpy()] + [t.grad.numpy() for t in ts]
+
+    want = run(f)
+    jf = nb.jit(f, mode=mode)
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    for call in range(CALLS):
+        for k, (g, w) in enumerate(zip(run(jf), want, strict=True)):
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=f"{k}, call {call}")

@@ -1,8 +1,10 @@
-"""Tier 2's fast-math flags never change a result beyond rounding.
+"""Tier 2 computes as eager mode does, with no fast-math rewrites.
 
-Reciprocal freedom (``arcp``) turned ``0 / 5e-324`` into ``0 * inf = nan`` and
-signed-zero freedom (``nsz``) flipped ``atan2(-0.0, -1)`` from -pi to pi; each
-compiled function is called twice, since the first call may take another path.
+Reciprocal freedom (``arcp``) turned ``0 / 5e-324`` into ``0 * inf = nan``, signed-zero
+freedom (``nsz``) flipped ``atan2(-0.0, -1)`` from -pi to pi, FMA contraction gave 1e308
+where eager overflows to inf, and reassociation turned ``(x / d) * w`` into
+``(x * w) / d`` (nan for a finite result); each compiled function is called twice, since
+the first call may take another path.
 """
 
 import numpy as np
@@ -13,6 +15,9 @@ import nbgrad as nb
 CASES = {  # a broadcast 0-d divisor: LLVM hoists its reciprocal out of the loop under arcp
     "div_by_subnormal": (lambda a, b: a / b, [0.0, 1e-300, -0.0, 2.0], 5e-324),
     "signed_zero_atan2": (lambda a, b: nb.atan2(-(a - a), b), [1.0, 2.0], -1.0),
+    "no_fma_past_overflow": (lambda a, b: a[:-1] + a[1:] * b, [-1e308, -1e308, 0.5], -2.0),
+    "no_reassociated_product": (lambda a, b: (a / (1.0 + nb.abs(a))) * b,
+                                [3e307, -3e307, 2.0], 1e300),
 }
 
 @pytest.mark.parametrize("name", sorted(CASES))

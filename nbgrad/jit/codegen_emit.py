@@ -314,8 +314,9 @@ class FunctionEmitter(OpsEmitter):
                 inside[id(red.src)] = operand(Access(red.src, tuple(range(nd))))[0]
         pre: list[list[str]] = [[] for _ in range(nd + 1)]
         post: list[list[str]] = [[] for _ in range(nd + 1)]
+        held: list[tuple[str, Var]] = []  # accumulators in use until the nest is written
         for red in grp.reductions:
-            self.emit_reduction(red, grp, scope, inside, code, pre, post)
+            held += self.emit_reduction(red, grp, scope, inside, code, pre, post)
 
         # in-place: inputs read only element by element that die here give their buffer
         # (only when element k of the value is element k of the buffer: not through a
@@ -349,10 +350,13 @@ class FunctionEmitter(OpsEmitter):
         for d in range(nd - 1, -1, -1):
             for text in post[d]:
                 self.line(text, d)
+        for slot, tmp in held:  # only now: another value of this region must not share one
+            scope.pool.release(slot, tmp)
 
     def emit_reduction(self, red: Reduction, grp: Group, scope: Scope, inside: dict,
                        code: list[list[str]], pre: list[list[str]],
-                       post: list[list[str]]) -> None:
+                       post: list[list[str]]) -> list[tuple[str, Var]]:
+        """Write one reduction of a region; returns the pooled accumulators it holds."""
         nd = len(grp.shape)
         out = red.out
         src_dt = red.src.dtype
@@ -377,7 +381,7 @@ class FunctionEmitter(OpsEmitter):
                 s = self.store_array(out, scope)
                 idx = ", ".join("0" if d is None else f"i{d}" for d in red.out_dims)
                 code[nd].append(f"{s.name}[{idx}] = {finish(val)}  # {comment}")
-            return
+            return []
         suffix = all(r > k for r in red.reduced for k in kept)
         if suffix:
             p = min(red.reduced)
@@ -391,7 +395,7 @@ class FunctionEmitter(OpsEmitter):
                 s = self.store_array(out, scope)
                 idx = ", ".join("0" if d is None else f"i{d}" for d in red.out_dims)
                 post[p].append(f"{s.name}[{idx}] = {finish(acc)}")
-            return
+            return []
         # reduced dimensions between kept ones: accumulate into a zeroed array (the
         # output itself when it has the accumulator's dtype)
         s = self.store_array(out, scope)
@@ -408,7 +412,8 @@ class FunctionEmitter(OpsEmitter):
             post[0].append(f"{dst} = {s.name}.reshape({out.size})")
             post[0].append(f"for q in range({out.size}):")
             post[0].append(f"    {dst}[q] = {finish(f'{src}[q]')}")
-            scope.pool.release(acc, tmp)
+            return [(acc, tmp)]
+        return []
 
     # -------------------------------------------------------------- opaque nodes
     def emit_node(self, node: Node, scope: Scope, last: dict[int, int], gi: int) -> None:

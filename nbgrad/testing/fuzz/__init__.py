@@ -8,6 +8,8 @@
   :func:`generate` (one program per seed) and :func:`programs` (a hypothesis strategy);
 - :mod:`.differential`: runs a program eagerly, against finite differences and under
   ``nbgrad.jit`` in each mode, and reports disagreements with a reproducer;
+- :mod:`.special`: the extra call on inputs with special values (±0, subnormals, huge,
+  ±inf, NaN) and its IEEE-aware comparison;
 - :mod:`.shrink`: smaller reproducers of a failure;
 - :mod:`.runner`: many seeds or a time budget (``nbgrad fuzz``).
 

@@ -13,11 +13,16 @@ batches: one jitted function returns every program's result (their leaves are di
 so results and gradients stay separate). A disagreement is then confirmed on the
 program alone, which gives its reproducer. The promotion check (tier 2's first result
 verified against tier 1) is turned off while programs run: it would hide what we test.
+
+After those calls, ``interpret`` and ``compile`` call their jitted function once more
+(:data:`SPECIAL_CALL`, no new compile) on inputs with special values mixed in (see
+:mod:`.special`): values and gradients must then match eager's, IEEE-aware.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 import traceback
 import warnings
@@ -28,6 +33,15 @@ import numpy as np
 
 from ...tensor import Tensor
 from .program import Program, to_source
+from .special import (
+    SPECIAL_RTOL,
+    array_code,
+    compare_gradients,
+    elementwise_only,
+    ieee_difference,
+    largest_finite,
+    special_inputs,
+)
 
 EXECUTORS = ("eager", "fd", "interpret", "compile", "auto")
 #: calls of each jitted function (the first traces; later ones run the compiled graph)
@@ -36,6 +50,8 @@ CALLS = 3
 NUDGE = 0.004
 #: programs per tier-2 compile (see the module docstring)
 BATCH = 6
+#: the call number of the extra call on special inputs (interpret and compile)
+SPECIAL_CALL = CALLS + 1
 TOLERANCE = {"float64": (1e-9, 1e-9), "float32": (2e-4, 2e-4)}  # (rtol, atol per |max|)
 
 
@@ -55,6 +71,8 @@ class Mismatch:
 
     def headline(self) -> str:
         call = f", call {self.call}" if self.call else ""
+        if self.call == SPECIAL_CALL:
+            call = ", on special inputs"
         if self.call and self.executor == "auto":
             call += " after the promotion"
         return (f"seed {self.program.seed} ({self.program.dtype}): {self.executor}{call}: "
@@ -78,6 +96,17 @@ class Mismatch:
                       "    out, loss = jf(*inputs)", "    loss.backward()",
                       "    print(out, [x.grad for x in inputs])",
                       "print('eager:', f(*inputs)[0])"]
+            if self.call == SPECIAL_CALL:
+                dt = f"np.{self.program.dtype}"
+                special = [f"nb.tensor({array_code(a)}, dtype={dt}, requires_grad=True)"
+                           for a in special_inputs(self.program, inputs(self.program, 1))]
+                lines += ["# then, on special inputs (np.errstate(all='ignore')):",
+                          "inputs = [" + ", ".join(special) + "]",
+                          "out, loss = jf(*inputs)", "loss.backward()",
+                          "print(out, [x.grad for x in inputs])",
+                          "for x in inputs:", "    x.grad = None",
+                          "out, loss = f(*inputs)", "loss.backward()",
+                          "print('eager:', out, [x.grad for x in inputs])"]
         lines += ["", f"# as a Program: {self.program!r}".replace("\n", " ")]
         if self.batch:
             lines += ["", f"# seen only with {len(self.batch)} programs in one jitted "
@@ -166,7 +195,9 @@ def _compare(got: Result, want: Result, program: Program, executor: str, call: i
             continue
         scale = 1.0 + float(np.max(np.abs(w), initial=0.0))
         err = np.abs(g.astype(np.float64) - w.astype(np.float64))
-        bad = ~(err <= atol * scale + rtol * np.abs(w)) | (np.isnan(g) != np.isnan(w))
+        agree = (g == w) | (err <= atol * scale + rtol * np.abs(w)) | \
+            (np.isnan(g) & np.isnan(w))  # equal infinities; NaN in both
+        bad = ~agree | (np.isnan(g) != np.isnan(w))
         if np.any(bad):
             k = int(np.argmax(np.where(np.isnan(err), np.inf, err)))
             found.append(Mismatch(executor, program, call, what,
@@ -174,6 +205,41 @@ def _compare(got: Result, want: Result, program: Program, executor: str, call: i
                                   f"index {k}: got {g.ravel()[k]!r}, eager {w.ravel()[k]!r} "
                                   f"({int(np.sum(bad))} of {w.size} elements off)"))
     return found
+
+
+def _compare_special(got: Result, want: Result, program: Program, executor: str,
+                     arrays: list[np.ndarray]) -> list[Mismatch]:
+    """IEEE-aware comparison on special inputs (``arrays``); the sign of a zero is
+    checked only for the result of an elementwise program (a reassociated sum may give
+    +0 where NumPy gives -0)."""
+    rtol = SPECIAL_RTOL[program.dtype]
+    pairs = [("result", got.out, want.out, elementwise_only(program)),
+             ("loss", got.loss, want.loss, False)]
+    if compare_gradients(program):
+        pairs += [(f"gradient of x{k}", g, w, False)
+                  for k, (g, w) in enumerate(zip(got.grads, want.grads, strict=True))]
+    found = []
+    for what, g, w, signs in pairs:
+        if g is None and w is None:
+            continue
+        if g is None or w is None or g.shape != w.shape or g.dtype != w.dtype:
+            found.append(Mismatch(executor, program, SPECIAL_CALL, what,
+                                  "another kind of value than eager's (None, shape or "
+                                  "dtype)"))
+            continue
+        why = ieee_difference(g, w, rtol, rtol * largest_finite(w, *arrays), signs)
+        if why:
+            found.append(Mismatch(executor, program, SPECIAL_CALL, what, why))
+    return found
+
+
+def _special_run(fn, programs: Sequence[Program]) -> tuple[list[Result],
+                                                           list[list[np.ndarray]]]:
+    """:func:`_run` on the programs' special inputs (NumPy warnings off)."""
+    arrays = [special_inputs(p, inputs(p, 1)) for p in programs]
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _run(fn, programs, arrays), arrays
 
 
 def _raised(exc: BaseException, program: Program, executor: str, call: int) -> Mismatch:
@@ -195,6 +261,10 @@ def eager_reference(program: Program) -> tuple[list[Result] | None, list[Mismatc
                              [inputs(program, call)])[0])
     except Exception as exc:  # the program is invalid: every executor must say so too
         return None, [_raised(exc, program, "eager", 0)]
+    try:
+        refs.append(_special_run(batch_function([program]), [program])[0][0])
+    except Exception:  # eager may refuse special values: then the jit is not asked
+        refs.append(None)
     found = []
     kinds = [("result", refs[0].out)] + [(f"gradient of x{k}", g)
                                          for k, g in enumerate(refs[0].grads) if g is not None]
@@ -235,6 +305,8 @@ def finite_differences(program: Program, eps: float = 1e-6, directions: int = 2
         minus = loss([a - eps * d for a, d in zip(base, v, strict=True)])
         fd = (plus - minus) / (2 * eps)
         an = sum(float(np.sum(g * d)) for g, d in zip(grads, v, strict=True) if g is not None)
+        if math.isnan(an):  # not differentiable here (hypot(0, 0), as PyTorch): nothing to
+            break           # compare; the executors must still agree on the NaN
         scale = 1.0 + abs(an) + abs(plus) * 1e-3
         if not abs(fd - an) <= 2e-5 * scale:
             found.append(Mismatch("fd", program, 0, "directional derivative",
@@ -270,6 +342,12 @@ def run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor:
                     found += _compare(g, ref[call - 1], p, executor, call)
                 if found:
                     break
+            if not found and executor in ("interpret", "compile") and all(
+                    len(ref) > CALLS and ref[CALLS] is not None for ref in refs):
+                call = SPECIAL_CALL
+                got, arrays = _special_run(jitted, programs)
+                for g, ref, p, xs in zip(got, refs, programs, arrays, strict=True):
+                    found += _compare_special(g, ref[CALLS], p, executor, xs)
         except Exception as exc:
             found.append(_raised(exc, programs[0], executor, call))
     return found, ran_tier2(jitted)

@@ -133,7 +133,7 @@ def _binary(r: Rand, b: Builder) -> None:
     name = r.choice(sorted(_BINARY_DOMAINS))
     da, db = _BINARY_DOMAINS[name]
     swap = r.booleans()  # ``other op x`` rather than ``x op other``
-    how = r.choice(["fresh", "existing", "scalar"])
+    how = r.choice(["fresh", "existing", "scalar", "zero_d"])
     if how == "scalar":  # a Python number as one operand, in that operand's domain
         side = "left" if swap else "right"
         x = b.operand(i, db if swap else da)
@@ -150,6 +150,8 @@ def _binary(r: Rand, b: Builder) -> None:
         fits = [j for j, v in enumerate(b.values) if j != i and _broadcasts(shape, v.shape)]
         if fits:
             other = fits[r.integers(0, len(fits) - 1)]
+    if how == "zero_d":  # a 0-d leaf broadcast over ``i`` (code may hoist work on it)
+        other = b.leaf((), da if swap else db)
     if other is None:
         other = b.leaf(broadcast_partner(r, shape), db)
     x, y = b.operand(i, da), b.operand(other, db)

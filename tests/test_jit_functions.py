@@ -13,7 +13,7 @@ from nbgrad.autograd import Function
 from nbgrad.autograd.function import once_differentiable
 from nbgrad.jit import pythonop
 from nbgrad.jit.ir import FUNCTION, PYTHON_OP, PYTHON_OP_GRAD, check
-from nbgrad.testing.fuzz.constructs import Softclip
+from nbgrad.testing.fuzz.constructs import Softclip, SoftclipNumpy
 
 RTOL = 1e-12
 
@@ -51,22 +51,7 @@ def _no_leaked_contexts():
 
 
 # ------------------------------------------------------------------ W5: softclip
-# Softclip: x / (1 + |x|), hand-written backward, nbgrad ops only (the fuzzer's own)
-class SoftclipNumpy(Function):
-    """The same Function written in NumPy on ``x.numpy()``: it cannot be traced."""
-
-    @staticmethod
-    def forward(ctx, x):
-        a = x.numpy()
-        d = 1.0 + np.abs(a)
-        ctx.d = d
-        return nb.tensor(a / d)
-
-    @staticmethod
-    def backward(ctx, g):
-        return nb.tensor(g.numpy() / (ctx.d * ctx.d))
-
-
+# Softclip (nbgrad ops, traceable) and SoftclipNumpy (NumPy, a PythonOp): the fuzzer's own
 def _w5(fn_cls, steps=50):
     def f(x):
         for _ in range(steps):

@@ -7,13 +7,11 @@ compiler (``nbgrad.jit``) that runs whole forward and backward graphs natively.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from . import (
     autograd,
     cache_guard,
     dtypes,
-    jit,  # noqa: E402 - a callable module: nbgrad.jit(f), nbgrad.jit.ir, ...
+    jit,  # noqa: E402 - a callable module: nbgrad.jit(f), nbgrad.jit.trace.ir, ...
     linalg,
     random,
 )
@@ -40,6 +38,7 @@ from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .jit import fori_loop, scan  # noqa: E402
 from .ops import *  # noqa: F403
 from .tensor import Tensor
+from .version import __version__
 
 bool = bool_  # noqa: A001 - torch's name for the dtype
 

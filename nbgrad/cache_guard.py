@@ -20,10 +20,27 @@ import os
 import stat
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+
+from numba.core import caching
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _WARNED: set[str] = set()
+
+
+def _no_roots() -> tuple[Path, ...]:
+    return ()
+
+
+#: the folders of nbgrad's generated modules; nbgrad.codegen installs its cache_roots
+_cache_roots: Callable[[], tuple[Path, ...]] = _no_roots
+
+
+def set_cache_roots(roots: Callable[[], tuple[Path, ...]]) -> None:
+    """Called by :mod:`nbgrad.codegen` at import: where generated modules live."""
+    global _cache_roots
+    _cache_roots = roots
 
 
 # ------------------------------------------------------------------ folder trust
@@ -115,8 +132,7 @@ def _source_file(cache) -> str:
 
 def _ours(cache) -> bool:
     """Whether ``cache`` holds one of nbgrad's functions (package or generated code)."""
-    from .codegen import cache_roots
-    roots = (_PACKAGE_DIR, *map(str, cache_roots()))
+    roots = (_PACKAGE_DIR, *map(str, _cache_roots()))
     return any(p.startswith(root + os.sep) or p == root for p in
                (_source_file(cache), getattr(cache, "_cache_path", "") or "") for root in roots)
 
@@ -144,9 +160,8 @@ def _cache_files(cache) -> list[str]:
 def _unsafe(cache) -> bool:
     """Whether Numba's cache files of ``cache`` could have been written by another user
     (then they are neither read nor written: loading a pickle runs code)."""
-    from .codegen import cache_roots
     folder = cache._cache_path
-    mine = next((r for r in cache_roots() if folder.startswith(str(r) + os.sep)), None)
+    mine = next((r for r in _cache_roots() if folder.startswith(str(r) + os.sep)), None)
     problem = _files_problem(folder, _cache_files(cache), mine)
     if problem:
         _warn_once("unsafe", f"nbgrad: not using Numba's compile cache in {folder}: "
@@ -219,7 +234,6 @@ def _guard(cache_class) -> None:
 def install() -> None:
     """Guard Numba's CPU cache, and numba-cuda's once ``numba.cuda`` is imported
     (call again after importing it; each class is wrapped once)."""
-    from numba.core import caching
     _guard(caching.Cache)
     cuda_caching = sys.modules.get("numba.cuda.core.caching")
     if cuda_caching is not None:

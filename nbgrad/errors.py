@@ -7,3 +7,7 @@ class TableError(ValueError):
 
 class TracerError(RuntimeError):
     """A traced function did something that cannot be compiled (e.g. a value-dependent branch)."""
+
+
+class LinAlgError(RuntimeError):
+    """A matrix is singular or not positive definite (``torch.linalg.LinAlgError``)."""

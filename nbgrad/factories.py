@@ -14,44 +14,6 @@ from .kernels.layout import c_contiguous
 from .tensor import Tensor
 
 
-def _to_array(data: Any, dtype: Any = None) -> np.ndarray:
-    """A C-contiguous array of a supported dtype holding a copy of ``data``."""
-    if isinstance(data, Tensor):
-        data = data.numpy()
-    if data is None:
-        raise TypeError("nbgrad.tensor(): data must be a number, a nested list or an array, "
-                        "not None")
-    if isinstance(data, str):
-        raise TypeError(f"nbgrad.tensor(): cannot make a tensor from the string {data!r}")
-    if not isinstance(data, (np.ndarray, np.generic, list, tuple, int, float, complex)):
-        data = _array_protocol(data)
-    try:
-        arr = np.array(data, copy=True, order="C")
-    except (ValueError, TypeError) as exc:
-        raise TypeError(f"nbgrad.tensor(): cannot make a tensor from {type(data).__name__}: "
-                        f"{exc}") from None
-    if arr.dtype == object or arr.dtype.kind in "USV":
-        raise TypeError(f"nbgrad.tensor(): data of kind {arr.dtype} (e.g. strings or mixed "
-                        "types) cannot be a tensor")
-    target = dtypes.as_dtype(dtype if dtype is not None else arr.dtype)
-    if arr.dtype != target:
-        arr = arr.astype(target)
-    return arr
-
-
-def _array_protocol(data: Any) -> Any:
-    """An array from an object with ``__array__`` (called without the ``copy`` keyword,
-    which older implementations lack) or, failing that, ``__dlpack__``; else ``data``."""
-    if hasattr(data, "__array__"):
-        try:
-            return np.asarray(data.__array__())
-        except TypeError:
-            return data
-    if hasattr(data, "__dlpack__"):
-        return np.from_dlpack(data)
-    return data
-
-
 def tensor(data: Any, dtype: Any = None, requires_grad: bool = False,
            device: Any = "cpu") -> Tensor:
     """A new tensor holding a copy of ``data`` (scalar, nested list or array)."""

@@ -39,6 +39,7 @@ import numpy as np
 
 from . import autograd, pytree
 from .grad_mode import enable_grad, is_grad_enabled
+from .ops import clone, reshape, stack, to_dtype, view
 from .tensor import Tensor
 
 __all__ = ["grad", "hessian", "hvp", "jacobian", "jvp", "value_and_grad", "vjp"]
@@ -109,7 +110,6 @@ def _diff_input(x: Any, create_graph: bool, where: str, transform: str) -> Tenso
     """
     t = _float_tensor(x, where, transform)
     if create_graph and t.requires_grad:
-        from .ops import clone, view
         if t._data.flags.c_contiguous:
             return view(t, *t.shape)
         return clone(t)
@@ -147,7 +147,6 @@ def _like(value: Any, ref: Tensor, where: str, transform: str) -> Tensor:
     if t.dtype.kind != "f":
         raise TypeError(f"{transform}: {where} has dtype {t.dtype}; expected a floating dtype")
     if t.dtype != ref.dtype:
-        from .ops import to_dtype
         t = to_dtype(t, ref.dtype)
     return t
 
@@ -435,7 +434,6 @@ def jacobian(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
 
     @functools.wraps(f)
     def jacobian_f(*args, **kwargs):
-        from .ops import reshape, stack
         where = _resolve_argnums(positions, len(args), "jacobian")
         create_graph = _needs_graph(args, kwargs)
         diff = _DiffArgs(args, where, create_graph, "jacobian")

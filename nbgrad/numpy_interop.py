@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import scipy.special as sp
 
 from . import dtypes, linalg, ops
 from .grad_mode import STATE
@@ -81,7 +82,6 @@ UFUNCS: dict[np.ufunc, Callable] = {
 
 def _scipy_ufuncs() -> dict:
     """SciPy's special functions that are ufuncs nbgrad has ops for."""
-    import scipy.special as sp
     return {sp.erf: ops.erf, sp.erfc: ops.erfc, sp.gammaln: ops.lgamma,
             sp.psi: ops.digamma, sp.expit: ops.sigmoid}
 

@@ -9,7 +9,27 @@ from typing import Any
 import numpy as np
 
 from . import dtypes
+from .backends import to_device, to_host
 from .device import Device, cpu_device
+
+# The layers above install what tensors need from them when they are imported; this
+# module imports none of them (tensor -> ops -> autograd is a one-way chain).
+_OPS: Any = None  # the nbgrad.ops package: operators, .T, .to() (see install_ops)
+_BACKWARD: Callable | None = None  # nbgrad.autograd's backward (see install_autograd)
+_RETAIN_GRAD: Callable | None = None  # keeps a non-leaf's .grad (nbgrad.autograd.node)
+
+
+def install_ops(ops: Any) -> None:
+    """Called by :mod:`nbgrad.ops` at import: the namespace the operators dispatch to."""
+    global _OPS
+    _OPS = ops
+
+
+def install_autograd(backward: Callable, retain_grad: Callable) -> None:
+    """Called by :mod:`nbgrad.autograd` at import: ``Tensor.backward`` and ``retain_grad``."""
+    global _BACKWARD, _RETAIN_GRAD
+    _BACKWARD = backward
+    _RETAIN_GRAD = retain_grad
 
 
 class RemovableHandle:
@@ -28,6 +48,44 @@ class RemovableHandle:
 _hook_ids = iter(range(1, 1 << 62))
 
 
+def to_array(data: Any, dtype: Any = None) -> np.ndarray:
+    """A C-contiguous array of a supported dtype holding a copy of ``data``."""
+    if isinstance(data, Tensor):
+        data = data.numpy()
+    if data is None:
+        raise TypeError("nbgrad.tensor(): data must be a number, a nested list or an array, "
+                        "not None")
+    if isinstance(data, str):
+        raise TypeError(f"nbgrad.tensor(): cannot make a tensor from the string {data!r}")
+    if not isinstance(data, (np.ndarray, np.generic, list, tuple, int, float, complex)):
+        data = _array_protocol(data)
+    try:
+        arr = np.array(data, copy=True, order="C")
+    except (ValueError, TypeError) as exc:
+        raise TypeError(f"nbgrad.tensor(): cannot make a tensor from {type(data).__name__}: "
+                        f"{exc}") from None
+    if arr.dtype == object or arr.dtype.kind in "USV":
+        raise TypeError(f"nbgrad.tensor(): data of kind {arr.dtype} (e.g. strings or mixed "
+                        "types) cannot be a tensor")
+    target = dtypes.as_dtype(dtype if dtype is not None else arr.dtype)
+    if arr.dtype != target:
+        arr = arr.astype(target)
+    return arr
+
+
+def _array_protocol(data: Any) -> Any:
+    """An array from an object with ``__array__`` (called without the ``copy`` keyword,
+    which older implementations lack) or, failing that, ``__dlpack__``; else ``data``."""
+    if hasattr(data, "__array__"):
+        try:
+            return np.asarray(data.__array__())
+        except TypeError:
+            return data
+    if hasattr(data, "__dlpack__"):
+        return np.from_dlpack(data)
+    return data
+
+
 class Tensor:
     """An n-dimensional array that can record the operations applied to it."""
 
@@ -37,8 +95,7 @@ class Tensor:
 
     def __init__(self, data: Any, dtype: Any = None, requires_grad: bool = False,
                  device: Any = "cpu") -> None:
-        from .factories import _to_array
-        self._init_from(_to_array(data, dtype), requires_grad, Device.of(device))
+        self._init_from(to_array(data, dtype), requires_grad, Device.of(device))
 
     def _init_from(self, array, requires_grad: bool, device: Device) -> None:
         self._data = array
@@ -53,7 +110,6 @@ class Tensor:
         self._device = device
         self._requires_grad = False
         if device.type != "cpu":
-            from .backends import to_device
             self._data = to_device(array, device)
         if requires_grad:
             self.requires_grad_(True)
@@ -131,13 +187,11 @@ class Tensor:
 
     @property
     def T(self) -> Tensor:  # noqa: N802 - the conventional name
-        from .ops import permute
-        return permute(self, tuple(range(self.ndim - 1, -1, -1)))
+        return _OPS.permute(self, tuple(range(self.ndim - 1, -1, -1)))
 
     @property
     def mT(self) -> Tensor:  # noqa: N802
-        from .ops import transpose
-        return transpose(self, -2, -1)
+        return _OPS.transpose(self, -2, -1)
 
     @property
     def is_cuda(self) -> bool:
@@ -148,7 +202,6 @@ class Tensor:
         """The data as a NumPy array (shares memory on the CPU)."""
         _check_concrete(self, "numpy()")
         if self._device.type != "cpu":
-            from .backends import to_host
             return to_host(self._data)
         return self._data
 
@@ -265,8 +318,7 @@ class Tensor:
         if self._retains_grad:
             return
         self._retains_grad = True
-        from .autograd.node import register_retain_grad
-        register_retain_grad(self)
+        _RETAIN_GRAD(self)
 
     def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> RemovableHandle:
         """Call ``hook(grad)`` when this tensor's gradient is computed; it may return a new one."""
@@ -284,15 +336,13 @@ class Tensor:
 
     def backward(self, gradient: Tensor | None = None, retain_graph: bool | None = None,
                  create_graph: bool = False, inputs=None) -> None:
-        from .autograd import backward
-        backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph,
-                 inputs=inputs)
+        _BACKWARD(self, gradient, retain_graph=retain_graph, create_graph=create_graph,
+                  inputs=inputs)
 
     # ------------------------------------------------------------------ devices
     def to(self, *args, **kwargs) -> Tensor:
         """``to(device)``, ``to(dtype)`` or ``to(device, dtype)``."""
-        from .ops.convert import to
-        return to(self, *args, **kwargs)
+        return _OPS.to(self, *args, **kwargs)
 
     def cpu(self) -> Tensor:
         return self.to("cpu")
@@ -314,97 +364,97 @@ class Tensor:
 
     # ------------------------------------------------------------------ operators
     def __add__(self, other):
-        return _ops().add(self, other)
+        return _OPS.add(self, other)
 
     def __radd__(self, other):
-        return _ops().add(other, self)
+        return _OPS.add(other, self)
 
     def __sub__(self, other):
-        return _ops().sub(self, other)
+        return _OPS.sub(self, other)
 
     def __rsub__(self, other):
-        return _ops().sub(other, self)
+        return _OPS.sub(other, self)
 
     def __mul__(self, other):
-        return _ops().mul(self, other)
+        return _OPS.mul(self, other)
 
     def __rmul__(self, other):
-        return _ops().mul(other, self)
+        return _OPS.mul(other, self)
 
     def __truediv__(self, other):
-        return _ops().div(self, other)
+        return _OPS.div(self, other)
 
     def __rtruediv__(self, other):
-        return _ops().div(other, self)
+        return _OPS.div(other, self)
 
     def __pow__(self, other):
-        return _ops().pow(self, other)
+        return _OPS.pow(self, other)
 
     def __rpow__(self, other):
-        return _ops().pow(other, self)
+        return _OPS.pow(other, self)
 
     def __matmul__(self, other):
-        return _ops().matmul(self, other)
+        return _OPS.matmul(self, other)
 
     def __rmatmul__(self, other):
-        return _ops().matmul(other, self)
+        return _OPS.matmul(other, self)
 
     def __floordiv__(self, other):
-        return _ops().floor_divide(self, other)
+        return _OPS.floor_divide(self, other)
 
     def __rfloordiv__(self, other):
-        return _ops().floor_divide(other, self)
+        return _OPS.floor_divide(other, self)
 
     def __mod__(self, other):
-        return _ops().remainder(self, other)
+        return _OPS.remainder(self, other)
 
     def __rmod__(self, other):
-        return _ops().remainder(other, self)
+        return _OPS.remainder(other, self)
 
     def __neg__(self):
-        return _ops().neg(self)
+        return _OPS.neg(self)
 
     def __pos__(self):
         return self
 
     def __abs__(self):
-        return _ops().abs(self)
+        return _OPS.abs(self)
 
     def __invert__(self):
-        return _ops().logical_not(self)
+        return _OPS.logical_not(self)
 
     def __and__(self, other):
-        return _ops().logical_and(self, other)
+        return _OPS.logical_and(self, other)
 
     def __or__(self, other):
-        return _ops().logical_or(self, other)
+        return _OPS.logical_or(self, other)
 
     def __xor__(self, other):
-        return _ops().logical_xor(self, other)
+        return _OPS.logical_xor(self, other)
 
     def __eq__(self, other):  # type: ignore[override]
-        return _ops().eq(self, other)
+        return _OPS.eq(self, other)
 
     def __ne__(self, other):  # type: ignore[override]
-        return _ops().ne(self, other)
+        return _OPS.ne(self, other)
 
     def __lt__(self, other):
-        return _ops().lt(self, other)
+        return _OPS.lt(self, other)
 
     def __le__(self, other):
-        return _ops().le(self, other)
+        return _OPS.le(self, other)
 
     def __gt__(self, other):
-        return _ops().gt(self, other)
+        return _OPS.gt(self, other)
 
     def __ge__(self, other):
-        return _ops().ge(self, other)
+        return _OPS.ge(self, other)
 
     def __getitem__(self, index):
-        return _ops().index(self, index)
+        return _OPS.index(self, index)
 
     def __setitem__(self, index, value) -> None:
-        _ops().index_put_(self, index, value)
+        _OPS.index_put_(self, index, value)
 
     def __iadd__(self, other):
         return self.add_(other)
@@ -419,23 +469,11 @@ class Tensor:
         return self.div_(other)
 
 
-_OPS = None
-
-
-def _ops():
-    """The ops package (imported on first use: it imports this module)."""
-    global _OPS
-    if _OPS is None:
-        from . import ops
-        _OPS = ops
-    return _OPS
-
-
 _INTEROP = None
 
 
 def _interop():
-    """The NumPy protocol module (imported on first use: it imports the ops)."""
+    """The NumPy protocol module, imported on first use (it loads scipy.special)."""
     global _INTEROP
     if _INTEROP is None:
         from . import numpy_interop

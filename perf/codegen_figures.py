@@ -148,8 +148,8 @@ def build_floor_expm1(inp: dict) -> Callable:
 def executables(jitted) -> list:
     """The executables a jitted function runs (to read tier-2 statistics)."""
     out = []
-    for entry in getattr(jitted, "_cache", {}).values():
-        out += list(getattr(entry, "_exe", {}).values())
+    for entry in jitted._cache.values():
+        out += list(entry.program.executables().values())
     return out
 
 

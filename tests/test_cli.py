@@ -256,6 +256,10 @@ def test_ops_json_lists_the_table():
     assert mul["double_backward"] == "yes"
     assert rows["eq"]["differentiable"] is False and rows["eq"]["double_backward"] == "n/a"
     assert all(isinstance(r["cuda"], bool) for r in rows.values())
+    # each op's declared kind (nbgrad.ops.traits)
+    assert (mul["kind"], rows["mm"]["kind"], rows["reshape"]["kind"]) == \
+        ("elementwise", "matmul", "view")
+    assert rows["softmax"]["kind"] == "opaque (native)" and rows["dropout"]["kind"] == "opaque"
 
 
 def test_ops_table_output():

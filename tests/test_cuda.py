@@ -14,6 +14,12 @@ on both devices: outputs, and gradients for a random upstream gradient, must agr
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import pkgutil
+import subprocess
+import sys
+
 import nbgrad.cuda as nbcuda
 
 nbcuda.use_simulator_if_no_gpu()
@@ -22,7 +28,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import nbgrad as nb  # noqa: E402
-from nbgrad.ops.registry import REGISTRY, table  # noqa: E402
+from nbgrad.errors import TableError  # noqa: E402
+from nbgrad.ops.registry import REGISTRY, kernel, table  # noqa: E402
 from nbgrad.testing import all_records, make_inputs  # noqa: E402
 
 pytestmark = pytest.mark.cuda
@@ -114,10 +121,70 @@ def test_coverage_lists_every_table_op():
 
 
 def test_cuda_kernels_are_registered_for_table_ops_only():
-    from nbgrad.cuda.ops import KERNELS
     covered = {n for n, ok in COVERAGE.items() if ok}
-    assert covered == set(KERNELS) & set(table())
+    assert covered == {n for n, op in REGISTRY.items() if "cuda" in op.kernels} & set(table())
     assert all("cuda" not in op.kernels for n, op in REGISTRY.items() if n not in table())
+
+
+def _cuda_modules() -> list:
+    mods = [nbcuda]
+    for info in pkgutil.walk_packages(nbcuda.__path__, nbcuda.__name__ + "."):
+        mods.append(importlib.import_module(info.name))
+    return mods
+
+
+def test_cuda_kernels_have_one_registry():
+    """Every CUDA kernel is ``OpDef.kernels["cuda"]``, registered by a module of
+    nbgrad.cuda.ops with ``@kernel(name, target="cuda")``; nbgrad.cuda keeps no table of
+    its own (no dict from op names to functions, no second decorator)."""
+    names = set(table())
+    for mod in _cuda_modules():
+        assert not hasattr(mod, "KERNELS") and not hasattr(mod, "cuda_kernel"), mod.__name__
+        for attr, value in vars(mod).items():
+            if isinstance(value, dict) and value and set(value) & names \
+                    and all(callable(v) for v in value.values()):
+                pytest.fail(f"{mod.__name__}.{attr} maps op names to functions")
+    for name in (n for n, ok in COVERAGE.items() if ok):
+        fn = inspect.unwrap(REGISTRY[name].kernels["cuda"])
+        assert fn.__module__.startswith("nbgrad.cuda.ops."), (name, fn.__module__)
+
+
+def test_kernel_registered_for_cuda_is_what_dispatch_runs(monkeypatch):
+    from nbgrad.cuda.array import CudaArray
+    op = REGISTRY["mul"]
+    original = inspect.unwrap(op.kernels["cuda"])
+    monkeypatch.setitem(op.kernels, "cuda", op.kernels["cuda"])  # restored afterwards
+    seen = []
+
+    @kernel("mul", target="cuda")
+    def traced_mul(a, b):
+        seen.append((type(a), type(b)))
+        return original(a, b)
+
+    assert inspect.unwrap(op.kernels["cuda"]) is traced_mul
+    y = nb.tensor([1.0, 2.0], device="cuda") * 3.0  # 3.0: a host constant, uploaded first
+    assert seen == [(CudaArray, CudaArray)]
+    assert y.device == "cuda"
+    np.testing.assert_array_equal(y.numpy(), [3.0, 6.0])
+
+
+def test_cuda_kernel_for_an_op_without_entry_raises_naming_it():
+    with pytest.raises(TableError, match="CUDA kernel for op 'no_such_cuda_op' has no "
+                                         "derivatives.yaml entry"):
+        kernel("no_such_cuda_op", target="cuda")(lambda x: x)
+    assert "no_such_cuda_op" not in REGISTRY
+
+
+def test_cuda_kernels_load_lazily():
+    code = ("import sys, nbgrad\n"
+            "from nbgrad.ops.registry import REGISTRY\n"
+            "assert 'numba.cuda' not in sys.modules and 'nbgrad.cuda.ops' not in sys.modules\n"
+            "assert not any('cuda' in op.kernels for op in REGISTRY.values())\n"
+            "import nbgrad.cuda\n"
+            "assert 'nbgrad.cuda.ops' not in sys.modules\n"
+            "nbgrad.tensor([1.0], device='cuda')\n"
+            "assert 'nbgrad.cuda.ops' in sys.modules and 'cuda' in REGISTRY['exp'].kernels\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)  # the same env
 
 
 def test_op_without_cuda_kernel_raises_naming_it(monkeypatch):

@@ -15,8 +15,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import nbgrad as nb  # noqa: E402
-from nbgrad.cuda.fusion import CudaExecutable  # noqa: E402
-from nbgrad.jit.ir import Graph, Node, Var  # noqa: E402
+from nbgrad.jit.cuda.fusion import CudaExecutable  # noqa: E402
+from nbgrad.jit.trace.ir import Graph, Node, Var  # noqa: E402
 
 pytestmark = pytest.mark.cuda
 
@@ -267,7 +267,7 @@ def test_op_without_cuda_kernel_raises_naming_it():
 
 
 def test_cuda_loop_nodes_are_refused_clearly():
-    from nbgrad.jit.ir import LoopInfo, make_loop
+    from nbgrad.jit.trace.ir import LoopInfo, make_loop
     c = Var((), np.float64)
     body_in, body_out = Var((), np.float64), Var((), np.float64)
     body = Graph([body_in], {}, [Node("neg", [body_in], [body_out])], [body_out])

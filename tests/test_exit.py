@@ -17,7 +17,7 @@ import time
 import pytest
 
 #: seconds a process may take to end after its last output (interpreter teardown, and at
-#: most ``codegen.EXIT_GRACE_S`` for a promotion thread to stop); generous for a loaded
+#: most ``program.EXIT_GRACE_S`` for a promotion thread to stop); generous for a loaded
 #: 2-core machine, and far below the compile times the tests start
 EXIT_BUDGET_S = 6.0
 
@@ -28,7 +28,7 @@ PROMOTING_SCRIPT = """
 import sys, threading, time
 import numpy as np
 import nbgrad
-from nbgrad.jit import api, codegen
+from nbgrad.jit import program
 
 OPS = ["sin", "tanh", "exp", "cos", "sigmoid", "softplus", "abs", "sqrt"]
 rng = np.random.default_rng(0)
@@ -45,12 +45,12 @@ def f(x):
 
 x = nbgrad.tensor(rng.random((90, 90)), requires_grad=True)
 g = nbgrad.jit(f)
-for _ in range(api.PROMOTE_AFTER + 1):
+for _ in range(program.PROMOTE_AFTER + 1):
     g(x).backward()
 if sys.argv[3] == "exit":
-    assert any(t.is_alive() for t in codegen.PROMOTIONS), "no promotion in flight"
+    assert any(t.is_alive() for t in program.PROMOTIONS), "no promotion in flight"
 else:  # finish the promotion: tier 2 runs (checked against tier 1 first)
-    assert codegen.wait_for_promotions(timeout=600)
+    assert program.wait_for_promotions(timeout=600)
     g(x).backward()
     (entry,) = g._cache.values()
     assert entry.tier == "compile", entry.tier
@@ -119,8 +119,9 @@ def test_an_abandoned_compile_is_done_again_by_the_next_process():
 
 SLOW_CHECK = """
 import atexit, sys, time
-from nbgrad.jit import codegen
-atexit.register(lambda: print("promotions started:", len(codegen.PROMOTIONS), file=sys.stderr))
+from nbgrad.jit import program
+from nbgrad.jit.tier2 import codegen
+atexit.register(lambda: print("promotions started:", len(program.PROMOTIONS), file=sys.stderr))
 
 real = codegen.compile_graph
 
@@ -166,12 +167,12 @@ def test_exit_with_a_finished_promotion_stays_clean():
     script = textwrap.dedent("""
         import numpy as np
         import nbgrad
-        from nbgrad.jit import api, codegen
+        from nbgrad.jit import program
         f = nbgrad.jit(lambda x: (nbgrad.sin(x) * 2.0).sum())
         x = nbgrad.tensor(np.ones(8), requires_grad=True)
-        for _ in range(api.PROMOTE_AFTER + 1):
+        for _ in range(program.PROMOTE_AFTER + 1):
             f(x).backward()
-        assert codegen.wait_for_promotions(timeout=300)
+        assert program.wait_for_promotions(timeout=300)
         f(x).backward()
         (entry,) = f._cache.values()
         assert entry.tier == "compile", entry.tier

@@ -10,8 +10,8 @@ import pytest
 
 import nbgrad as nb
 from nbgrad.jit import api, program
-from nbgrad.jit.ir import LOOP, Graph, Node, Var, check, format_graph, graph_hash
-from nbgrad.jit.lowering import TapeExecutable
+from nbgrad.jit.tier1.tape import TapeExecutable
+from nbgrad.jit.trace.ir import LOOP, Graph, Node, Var, check, format_graph, graph_hash
 
 RTOL = 1e-12
 
@@ -525,7 +525,7 @@ def test_reroll_time_dependent_constants_and_nested_loops(rng):
 
 
 def test_reroll_leaves_a_trace_without_repetition_alone(rng):
-    from nbgrad.jit.reroll import reroll
+    from nbgrad.jit.trace.reroll import reroll
     jf = nb.jit(_f)
     x, y = nb.tensor(rng.random((3, 4))), nb.tensor(rng.random(4))
     entry = _entry(jf, x, y)
@@ -533,7 +533,7 @@ def test_reroll_leaves_a_trace_without_repetition_alone(rng):
 
 
 def test_passes_remove_dead_code_and_common_subexpressions(rng):
-    from nbgrad.jit.passes import cse, dce
+    from nbgrad.jit.trace.passes import cse, dce
 
     def f(x):
         a = nb.sin(x) * 2.0
@@ -552,7 +552,7 @@ def test_passes_remove_dead_code_and_common_subexpressions(rng):
 
 
 def test_native_op_list_is_reported():
-    from nbgrad.jit.lowering import native_ops
+    from nbgrad.jit.tier1.lowering import native_ops
     names = native_ops()
     assert {"add", "tanh", "matmul", "sum", "loop", "where", "index"} <= set(names)
     assert "lgamma" not in names
@@ -589,7 +589,7 @@ def test_corrupt_interpreter_module_is_regenerated(tmp_path):
     import subprocess
     import sys
 
-    from nbgrad.jit import interpreter
+    from nbgrad.jit.tier1 import interpreter
     code = (
         "import warnings, numpy as np, nbgrad as nb\n"
         "warnings.simplefilter('always')\n"

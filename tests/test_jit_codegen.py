@@ -17,10 +17,14 @@ import numpy as np
 import pytest
 
 import nbgrad as nb
-from nbgrad.jit import codegen, codegen_emit, fusion, passes
-from nbgrad.jit.ir import Graph, LoopInfo, Node, Var, check, make_loop
 from nbgrad.jit.reference import replay_arrays
-from nbgrad.jit.tracer import Tracer
+from nbgrad.jit.tier2 import codegen, fusion
+from nbgrad.jit.tier2 import emit as codegen_emit
+from nbgrad.jit.trace import passes
+from nbgrad.jit.trace.ir import Graph, LoopInfo, Node, Var, check, make_loop
+from nbgrad.jit.trace.tracer import Tracer
+from nbgrad.ops.registry import REGISTRY
+from nbgrad.ops.traits import Opaque
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -267,15 +271,18 @@ def test_scan_with_xs_ys_reverse_and_an_index(rng):
     assert "for j0 in range(7):" in body_of(compiled.source())
 
 
-def test_ops_without_native_lowering_run_their_eager_kernel(rng):
+def test_ops_without_native_lowering_run_their_eager_kernel(rng, monkeypatch):
     x = rng.standard_normal((3, 4))
+    for name in ("softmax", "amax"):  # opaque, with no native function
+        monkeypatch.setattr(REGISTRY[name], "kind", Opaque(why_not_native="a test says so"))
 
     def f(x):
         s = nb.softmax(x * 2, 1)
         return nb.sum(s * nb.amax(x, 1, keepdim=True)) + nb.sum(nb.cat([x, s], 0) ** 2)
 
     compiled, _ = compile_and_compare(trace(f, x, wrt=[0]), [x])
-    assert {"softmax", "amax", "cat"} <= set(compiled.stats["fallbacks"])
+    assert {"softmax", "amax"} <= set(compiled.stats["fallbacks"])
+    assert "cat" not in compiled.stats["fallbacks"]  # a Join: written natively
     assert "objmode" in body_of(compiled.source())
 
 
@@ -331,15 +338,15 @@ def test_jit_compile_mode_value_and_grad_is_one_native_call(rng):
 
 
 def test_auto_mode_promotes_a_hot_graph_in_the_background(rng, monkeypatch):
-    from nbgrad.jit import api
-    monkeypatch.setattr(api, "PROMOTE_AFTER", 3)
+    from nbgrad.jit import program
+    monkeypatch.setattr(program, "PROMOTE_AFTER", 3)
     x = rng.standard_normal(40)
     f = nb.jit(nb.value_and_grad(w3))  # mode="auto"
     ref_v, ref_g = nb.value_and_grad(w3)(nb.tensor(x))
     for _ in range(4):  # trace, tier 1, ..., then promotion starts
         v, gr = f(nb.tensor(x))
         assert_close(gr.numpy(), ref_g.numpy())
-    assert codegen.wait_for_promotions(timeout=240)
+    assert program.wait_for_promotions(timeout=240)
     v, gr = f(nb.tensor(x))
     assert_close(v.numpy(), ref_v.numpy())
     assert_close(gr.numpy(), ref_g.numpy())
@@ -391,8 +398,9 @@ _CHILD = textwrap.dedent('''
     warnings.simplefilter("always")
     import numpy as np
     import nbgrad as nb
-    from nbgrad.jit import codegen, passes
-    from nbgrad.jit.tracer import Tracer
+    from nbgrad.jit.tier2 import codegen
+    from nbgrad.jit.trace import passes
+    from nbgrad.jit.trace.tracer import Tracer
 
     x = np.linspace(-1.0, 1.0, 9)
     tr = Tracer()

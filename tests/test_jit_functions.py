@@ -11,8 +11,9 @@ import pytest
 import nbgrad as nb
 from nbgrad.autograd import Function
 from nbgrad.autograd.function import once_differentiable
-from nbgrad.jit import pythonop
-from nbgrad.jit.ir import FUNCTION, PYTHON_OP, PYTHON_OP_GRAD, check
+from nbgrad.jit.trace import handles as htable
+from nbgrad.jit.trace import pythonop
+from nbgrad.jit.trace.ir import FUNCTION, PYTHON_OP, PYTHON_OP_GRAD, check
 from nbgrad.testing.fuzz.constructs import Softclip, SoftclipNumpy
 
 RTOL = 1e-12
@@ -47,7 +48,7 @@ def _no_leaked_contexts():
     """Every test ends with no PythonOp context alive."""
     yield
     gc.collect()
-    assert pythonop.live_contexts() == 0, pythonop.HANDLES.stats()
+    assert htable.live_contexts() == 0, htable.HANDLES.stats()
 
 
 # ------------------------------------------------------------------ W5: softclip
@@ -75,7 +76,7 @@ def test_w5_values_and_gradients_equal_eager(rng, fn_cls, kind, mode):
         loss.backward()
         _close(loss, le)
         _close(x.grad, xe.grad)
-        assert pythonop.live_contexts() == 0  # released after each backward
+        assert htable.live_contexts() == 0  # released after each backward
     entry = _entry(jf, x)
     assert kind in _ops(entry.graph)
     fwd, bwd = entry.split().fwd, entry.split().bwd
@@ -99,7 +100,7 @@ def test_w5_values_and_gradients_equal_eager(rng, fn_cls, kind, mode):
         assert ("EAGER" in jf.source(x)) == (kind == PYTHON_OP)
     with nb.no_grad():
         _close(jf(nb.tensor(x0)), le.detach())
-    assert pythonop.live_contexts() == 0
+    assert htable.live_contexts() == 0
 
 
 def test_native_path_uses_the_users_backward_not_the_autodiff_of_the_forward(rng):
@@ -407,7 +408,7 @@ def test_gradients_computed_inside_the_jitted_function(rng, path):
         v, g = jf(nb.tensor(x0))
         _close(v, want_v)
         _close(g, want_g)
-        assert pythonop.live_contexts() == 0  # the handle never left the run
+        assert htable.live_contexts() == 0  # the handle never left the run
     ops = _ops(_entry(jf, nb.tensor(x0)).graph)
     if path == "python":
         assert PYTHON_OP in ops and PYTHON_OP_GRAD in ops
@@ -423,16 +424,16 @@ def test_contexts_are_released_after_backward_and_kept_under_retain_graph(rng):
     f(xe).backward()
     jf = nb.jit(f)
     jf(nb.tensor(x0, requires_grad=True)).backward()  # the trace; builds the backward
-    assert pythonop.live_contexts() == 0
+    assert htable.live_contexts() == 0
     x = nb.tensor(x0, requires_grad=True)
     loss = jf(x)
-    assert pythonop.live_contexts() == 3  # one per step, waiting for the backward
-    handles = list(pythonop.HANDLES._live)
+    assert htable.live_contexts() == 3  # one per step, waiting for the backward
+    handles = list(htable.HANDLES._live)
     assert all(type(h) is int and 0 < h < 2 ** 40 for h in handles)  # counters, not addresses
     loss.backward(retain_graph=True)
-    assert pythonop.live_contexts() == 3
+    assert htable.live_contexts() == 3
     loss.backward()
-    assert pythonop.live_contexts() == 0
+    assert htable.live_contexts() == 0
     _close(x.grad, 2 * xe.grad)
     with pytest.raises(RuntimeError, match="retain_graph=True"):
         loss.backward()
@@ -443,19 +444,19 @@ def test_contexts_are_released_when_the_outputs_die_without_backward(rng):
     x0 = rng.standard_normal(5)
     jf(nb.tensor(x0, requires_grad=True)).backward()
     loss = jf(nb.tensor(x0, requires_grad=True))
-    assert pythonop.live_contexts() == 4
+    assert htable.live_contexts() == 4
     del loss  # no backward: the JitBackward node dies with the output
-    assert pythonop.live_contexts() == 0
+    assert htable.live_contexts() == 0
     ys = [jf(nb.tensor(x0, requires_grad=True)) for _ in range(5)]
-    assert pythonop.live_contexts() == 20
+    assert htable.live_contexts() == 20
     ys[2].backward()
-    assert pythonop.live_contexts() == 16
+    assert htable.live_contexts() == 16
     del ys
-    assert pythonop.live_contexts() == 0
+    assert htable.live_contexts() == 0
 
 
 def test_handle_table_errors_name_the_function():
-    table = pythonop.HandleTable()
+    table = htable.HandleTable()
     h = table.register(pythonop.FunctionCtx(), "mod.Fn")
     assert table.get(h, "mod.Fn") is not None and len(table) == 1
     table.release(h)
@@ -481,16 +482,16 @@ def test_ten_thousand_calls_do_not_grow_contexts_or_memory(rng, mode, calls):
             loss = jf(x)
             if k % 2:
                 loss.backward()  # half with a backward, half dropped without one
-            assert pythonop.live_contexts() <= 1
+            assert htable.live_contexts() <= 1
 
     run(300)  # warm up: trace, backward graph, caches
     gc.collect()
     rss0 = _rss_kib()
-    created0 = pythonop.HANDLES.created
+    created0 = htable.HANDLES.created
     run(calls)
     gc.collect()
-    assert pythonop.live_contexts() == 0
-    assert pythonop.HANDLES.created - created0 == calls  # every call made a context
+    assert htable.live_contexts() == 0
+    assert htable.HANDLES.created - created0 == calls  # every call made a context
     assert _rss_kib() - rss0 < 8 * 1024  # KiB; a leaked context per call is ~20 MiB
     tracemalloc.start()  # and, allocation by allocation, over two shorter runs: a leak
     try:  # grows in both, a one-time resize of a shared dict (weakref's registry) in one

@@ -34,7 +34,7 @@ import pytest  # noqa: E402
 
 import nbgrad as nb  # noqa: E402
 import nbgrad.jit as J  # noqa: E402
-from nbgrad.jit import api, codegen  # noqa: E402
+from nbgrad.jit import program  # noqa: E402
 from nbgrad.nn import functional as F  # noqa: E402
 
 RTOL, ATOL = 1e-12, 1e-12
@@ -162,14 +162,14 @@ def test_generated_code_loads_each_element_it_reads():
 
 @pytest.mark.parametrize("name", ["columns", "stencil", "matmul intermediate", "in fori_loop"])
 def test_two_views_after_promotion_in_auto_mode(name, monkeypatch):
-    monkeypatch.setattr(api, "PROMOTE_AFTER", 2)
+    monkeypatch.setattr(program, "PROMOTE_AFTER", 2)
     f, kind = VIEWS[name]
     x = nb.tensor(np.random.default_rng(3).standard_normal((6, 4) if kind == "M" else (8,)))
     ev, eg = nb.value_and_grad(f)(x)
     jvg = nb.jit(nb.value_and_grad(f))
     for _ in range(4):
         jvg(x)
-    assert codegen.wait_for_promotions(timeout=240)
+    assert program.wait_for_promotions(timeout=240)
     assert "@njit(cache=True" in jvg.source(x)  # tier 2 serves it now
     for _ in range(CALLS):
         v, g = jvg(x)
@@ -179,7 +179,7 @@ def test_two_views_after_promotion_in_auto_mode(name, monkeypatch):
 
 def test_rosenbrock_l_bfgs_b_converges_through_promoted_jit(monkeypatch):
     so = pytest.importorskip("scipy.optimize")
-    monkeypatch.setattr(api, "PROMOTE_AFTER", 2)
+    monkeypatch.setattr(program, "PROMOTE_AFTER", 2)
     vg = nb.jit(nb.value_and_grad(_rosenbrock))
     x0 = np.full(100, -1.0)
     x0[::2] = -1.2
@@ -190,20 +190,20 @@ def test_rosenbrock_l_bfgs_b_converges_through_promoted_jit(monkeypatch):
 
     for _ in range(4):
         fun(x0)
-    assert codegen.wait_for_promotions(timeout=240)
+    assert program.wait_for_promotions(timeout=240)
     assert "@njit(cache=True" in vg.source(nb.tensor(x0))
     res = so.minimize(fun, x0, jac=True, method="L-BFGS-B", options={"maxiter": 5000})
     assert res.fun < 1e-6, (res.fun, res.message)
 
 
 def test_rosenbrock_hessian_through_promoted_jit(monkeypatch):
-    monkeypatch.setattr(api, "PROMOTE_AFTER", 2)
+    monkeypatch.setattr(program, "PROMOTE_AFTER", 2)
     x = nb.tensor(np.random.default_rng(5).uniform(-1.5, 1.5, 100))
     want = nb.hessian(_rosenbrock)(x).numpy()
     h = nb.jit(nb.hessian(_rosenbrock))
     for _ in range(4):
         h(x)
-    assert codegen.wait_for_promotions(timeout=240)
+    assert program.wait_for_promotions(timeout=240)
     assert "@njit(cache=True" in h.source(x)
     for _ in range(CALLS):
         got = h(x).numpy()

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 import nbgrad as nb
-from nbgrad.jit import api, codegen, verify
-from nbgrad.jit.codegen import CompiledGraph
+from nbgrad.jit import program, verify
+from nbgrad.jit.tier2 import codegen
+from nbgrad.jit.tier2.codegen import CompiledGraph
 from nbgrad.jit.verify import PromotionMismatchWarning, compare
 
 
@@ -96,9 +97,9 @@ def _run(f, x, w, backward=True):
 def _promote(f, x, w, mode):
     """Call ``f`` until its generated code is about to run (the next call runs it)."""
     if mode == "auto":
-        for _ in range(api.PROMOTE_AFTER + 1):
+        for _ in range(program.PROMOTE_AFTER + 1):
             _run(f, x, w)
-        assert codegen.wait_for_promotions(timeout=240)
+        assert program.wait_for_promotions(timeout=240)
     else:
         _run(f, x, w, backward=False)  # the trace (its result is the eager one)
 
@@ -109,7 +110,7 @@ def _promote(f, x, w, mode):
 def test_wrong_generated_code_warns_once_returns_tier1_and_stays_in_tier1(
         promotion_check, monkeypatch, tmp_path, mode, wrong):
     monkeypatch.setattr(verify, "reproducer_root", lambda: tmp_path / "promotion-mismatch")
-    monkeypatch.setattr(api, "PROMOTE_AFTER", 3)
+    monkeypatch.setattr(program, "PROMOTE_AFTER", 3)
     x, w = _inputs()
     want = _reference(x, w)
     f = nb.jit(loss, mode=mode)
@@ -140,7 +141,7 @@ def test_wrong_generated_code_warns_once_returns_tier1_and_stays_in_tier1(
             np.testing.assert_array_equal(a, b)
     entry = _entry(f)
     assert entry.tier == verify.TIER1_MISMATCH
-    assert all(exe.tier == "interpret" for exe in entry._exe.values())
+    assert all(exe.tier == "interpret" for exe in entry.program._exe.values())
     # the reproducer: graph, inputs and replay.py under the cache folder
     folder = Path(re.search(r"Reproducer: (\S+) \(python", message).group(1))
     assert folder.parent == tmp_path / "promotion-mismatch"
@@ -210,7 +211,7 @@ def test_generated_code_that_raises_falls_back_to_tier1(promotion_check, monkeyp
 @pytest.mark.parametrize("mode", ["compile", "auto"])
 def test_correct_generated_code_is_promoted_and_then_runs(promotion_check, monkeypatch,
                                                           mode):
-    monkeypatch.setattr(api, "PROMOTE_AFTER", 3)
+    monkeypatch.setattr(program, "PROMOTE_AFTER", 3)
     x, w = _inputs(1)
     want = _reference(x, w)
     f = nb.jit(loss, mode=mode)
@@ -226,9 +227,9 @@ def test_correct_generated_code_is_promoted_and_then_runs(promotion_check, monke
     assert entry.tier == "compile"
     # each executable (forward with residuals, backward; "main" in mode="compile") was
     # checked once, then its wrapper is gone: the generated code runs
-    assert [t["ok"] for t in verify.TIMINGS[n:]] == [True] * len(entry._exe)
-    assert {"fwd", "bwd"} <= set(entry._exe) and \
-        all(isinstance(e, CompiledGraph) for e in entry._exe.values())
+    assert [t["ok"] for t in verify.TIMINGS[n:]] == [True] * len(entry.program._exe)
+    assert {"fwd", "bwd"} <= set(entry.program._exe) and \
+        all(isinstance(e, CompiledGraph) for e in entry.program._exe.values())
 
 
 def _bias_before_centering(x, b, w):
@@ -360,7 +361,7 @@ from pathlib import Path
 import numpy as np
 import nbgrad as nb
 from nbgrad.backends import to_device
-from nbgrad.cuda import fusion
+from nbgrad.jit.cuda import fusion
 from nbgrad.jit import verify
 
 verify.reproducer_root = lambda: Path(sys.argv[2])

@@ -12,7 +12,7 @@ import pytest
 import nbgrad as nb
 from nbgrad.autograd import gradcheck, gradgradcheck
 from nbgrad.ops.registry import table
-from nbgrad.testing import all_records, make_inputs
+from nbgrad.testing import all_records, float_tensor_call, make_inputs
 from nbgrad.testing.core import check_array_outputs
 
 RECORDS = all_records()
@@ -106,35 +106,6 @@ def test_gradgradcheck(rec, sample):
     assert gradgradcheck(fn, args, eps=rec.eps, atol=rec.atol, rtol=rec.rtol)
 
 
-def _jit_case(rec, sample):
-    """The op as a function of its floating tensor arguments only (the rest, integer
-    targets and indices included, closed over as constants)."""
-    fn = rec.function()
-    args, kwargs = make_inputs(sample, requires_grad=False)
-    slots, tensors = [], []
-    for i, a in enumerate(args):
-        if isinstance(a, nb.Tensor) and a.dtype.kind == "f":
-            slots.append((i, None))
-            tensors.append(a)
-        elif isinstance(a, list) and a and all(isinstance(t, nb.Tensor) and t.dtype.kind == "f"
-                                               for t in a):
-            slots.append((i, len(a)))
-            tensors.extend(a)
-
-    def call(*ts):
-        full, k = list(args), 0
-        for i, n in slots:
-            if n is None:
-                full[i] = ts[k]
-                k += 1
-            else:
-                full[i] = list(ts[k:k + n])
-                k += n
-        return fn(*full, **kwargs)
-
-    return call, tensors
-
-
 def _float_sum(call):
     def loss(*ts):
         outs = [o for o in _outputs(call(*ts)) if isinstance(o, nb.Tensor)
@@ -150,7 +121,7 @@ def _float_sum(call):
 def test_jit_matches_eager(rec, sample):
     """nbgrad.jit of every table op: values, and gradients of the sum of its float
     outputs (through jit(value_and_grad)), equal eager mode."""
-    call, tensors = _jit_case(rec, sample)
+    call, tensors = float_tensor_call(rec, sample)
     want = _outputs(call(*tensors))
     jitted = nb.jit(call, mode="interpret")
     for _ in range(2):  # the trace, then the compiled tape

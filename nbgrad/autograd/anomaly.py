@@ -8,11 +8,24 @@ import traceback
 
 import numpy as np
 
+from ..ops import dispatch
+
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class _Anomaly:
-    enabled = False
+    """Whether anomaly mode is on; turning it on installs :func:`check_outputs` in dispatch."""
+
+    _enabled = False
+
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
+
+    @enabled.setter
+    def enabled(self, on: bool) -> None:
+        self._enabled = bool(on)
+        dispatch.set_observer(check_outputs if on else None)
 
     @contextlib.contextmanager
     def context(self, node):
@@ -50,6 +63,14 @@ def check_forward(op_name: str, outputs, site: str | None) -> None:
         if _has_nan(out._data):
             raise RuntimeError(f"detect_anomaly: the forward of '{op_name}' returned NaN "
                                f"values; it was called at {site}")
+
+
+def check_outputs(op, outputs) -> None:
+    """Dispatch's observer in anomaly mode: note the forward's site, raise on NaN outputs."""
+    site = user_frame()
+    if outputs and outputs[0].grad_fn is not None:
+        outputs[0].grad_fn.anomaly_trace = site
+    check_forward(op.name, outputs, site)
 
 
 def check_gradients(node, outs) -> None:

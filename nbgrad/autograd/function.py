@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..grad_mode import STATE, no_grad
+from ..ops import sum_to, to_dtype
 from ..tensor import STATE_TRACE, Tensor
 from .node import RETAIN_GRAPH_MESSAGE, Node, SavedOutput, SavedTensor, gradient_edge
 
@@ -106,7 +107,6 @@ class BackwardFunction(Node):
 
 
 def _fit_gradient(name: str, pos: int, g, shape: tuple, dtype) -> Tensor:
-    from ..ops import sum_to, to_dtype
     if not isinstance(g, Tensor):
         raise TypeError(f"function {name}.backward returned a {type(g).__name__} at "
                         f"position {pos}; expected a tensor or None")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..tensor import Tensor
+from .run import grad
 
 
 class GradcheckError(RuntimeError):
@@ -66,7 +67,6 @@ def numerical_jacobian(fn: Callable, inputs: tuple, eps: float) -> list[list[np.
 
 def analytical_jacobian(fn: Callable, inputs: tuple) -> list[list[np.ndarray]]:
     """J[o][i] from one backward per output element."""
-    from . import grad
     diff = _diff_inputs(inputs)
     outs = _float_outputs(fn(*inputs))
     jac = [[np.zeros((o.size, inputs[i].size)) for i in diff] for o in outs]
@@ -146,7 +146,6 @@ def gradgradcheck(fn: Callable, inputs, grad_outputs=None, eps: float = 1e-6,
                   atol: float = 1e-5, rtol: float = 1e-3, raise_exception: bool = True,
                   fast_mode: bool = False, seed: int = 0, **_ignored) -> bool:
     """Check second derivatives: gradcheck of the map (inputs, v) -> J(inputs)^T v."""
-    from . import grad
     inputs = _as_tuple(inputs)
     outs = _float_outputs(fn(*inputs))
     rng = np.random.default_rng(seed)
@@ -228,7 +227,6 @@ def compare_jacobians(fn: Callable, inputs, eps: float = 1e-6, atol: float = 1e-
 
 def _projection_check(fn, inputs, numeric_inputs, eps, atol, rtol, seed) -> list[Mismatch]:
     """Fast mode with the finite differences taken at ``numeric_inputs``."""
-    from . import grad
     rng = np.random.default_rng(seed)
     diff = _diff_inputs(inputs)
     outs = _float_outputs(fn(*inputs))

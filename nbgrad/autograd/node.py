@@ -1,15 +1,13 @@
-"""Graph nodes: the backward of one op application, leaf accumulation, saved tensors."""
+"""Graph nodes: the Node base class, leaf accumulation (AccumulateGrad), saved tensors."""
 
 from __future__ import annotations
 
 import itertools
 import weakref
-from typing import TYPE_CHECKING
 
+from ..grad_mode import no_grad
+from ..ops import add
 from ..tensor import STATE_TRACE, Tensor
-
-if TYPE_CHECKING:
-    from ..ops.registry import OpDef
 
 _sequence = itertools.count()
 
@@ -82,7 +80,6 @@ class AccumulateGrad(Node):
 def accumulate_into(leaf: Tensor, grad: Tensor | None, create_graph: bool) -> None:
     if grad is None:
         return
-    from ..ops import add
     if leaf.grad is None:
         if create_graph:
             leaf.grad = grad
@@ -93,7 +90,6 @@ def accumulate_into(leaf: Tensor, grad: Tensor | None, create_graph: bool) -> No
     elif create_graph or leaf.grad._requires_grad or STATE_TRACE.tracer is not None:
         leaf.grad = add(leaf.grad, grad)
     else:
-        from ..grad_mode import no_grad
         with no_grad():
             leaf.grad.add_(grad)
 
@@ -176,38 +172,3 @@ def modified_message(node: Node, name: str, t, saved_version: int) -> str:
     return (f"one of the variables needed for gradient computation has been modified by an "
             f"inplace operation: {name!r} of {node.name()} (shape {shape}) is at version "
             f"{now}; expected version {saved_version} instead.")
-
-
-def _run_formulas(node: OpNode, grads: list) -> list:
-    """Bound on first use to nbgrad.ops.dispatch.run_formulas (which imports this module)."""
-    global _run_formulas
-    from ..ops.dispatch import run_formulas
-    _run_formulas = run_formulas
-    return run_formulas(node, grads)
-
-
-class OpNode(Node):
-    """The backward of one application of a table op: evaluates the table's formulas."""
-
-    __slots__ = ("op", "saved", "attrs", "input_slots", "input_meta", "output_meta",
-                 "materialize")
-
-    def __init__(self, op: OpDef, next_edges: list) -> None:
-        super().__init__(next_edges)
-        self.op = op
-        self.saved = None
-        self.attrs = None
-        self.input_slots = None
-        self.input_meta = None
-        self.output_meta = None
-
-    def name(self) -> str:
-        return f"{self.op.name.title().replace('_', '').replace('.', '')}Backward"
-
-    def release(self) -> None:
-        self.saved = None
-
-    def apply(self, grads: list, create_graph: bool) -> list:
-        if self.saved is None:
-            raise RuntimeError(RETAIN_GRAPH_MESSAGE)
-        return _run_formulas(self, grads)

@@ -14,7 +14,16 @@ import time
 
 import click
 
+from .. import testing
+from ..ops.registry import table
+from ..testing import DOMAINS
+from ..version import __version__
+from .bench import run_bench
 from .errors import FAILED, USAGE, CliError
+from .inventory import table_rows
+from .opcheck import NA, CheckOptions, jit_available, row_ok, run_checks
+from .problems import FLOAT32_FLOORS
+from .usercheck import check_user_function, load_function, parse_shape
 
 __all__ = ["cli", "main"]
 
@@ -70,7 +79,6 @@ def check(targets: tuple[str, ...], dtype: str, second_order: bool, seed: int | 
 
     Exits 0 when all checks pass, 1 when any fails, 2 on usage errors.
     """
-    from .opcheck import CheckOptions, jit_available
     modes = ("eager", "jit") if mode == "both" else (mode,)
     if mode == "jit" and not jit_available():
         raise CliError("--mode jit: this nbgrad has no nbgrad.jit yet, so nothing can be "
@@ -89,7 +97,6 @@ def check(targets: tuple[str, ...], dtype: str, second_order: bool, seed: int | 
 
 
 def _float32_warning(opts) -> None:
-    from .problems import FLOAT32_FLOORS
     if opts.dtype == "float32":
         floors = ", ".join(f"{k}={v:g}" for k, v in FLOAT32_FLOORS.items())
         click.echo("warning: checking in float32: float32 analytic gradients are compared "
@@ -99,10 +106,8 @@ def _float32_warning(opts) -> None:
 
 
 def _resolve_ops(names: list[str]) -> list[str]:
-    from ..ops.registry import table
-    from ..testing import all_records
     entries = list(table())
-    records = all_records()
+    records = testing.all_records()  # looked up per call (tests replace it)
     if not names:
         return [n for n in entries if n in records]
     known = set(entries)
@@ -122,10 +127,7 @@ def _resolve_ops(names: list[str]) -> list[str]:
 
 
 def _check_table(names: list[str], opts, jobs: int, as_json: bool) -> int:
-    import nbgrad
-
-    from . import render
-    from .opcheck import NA, jit_available, row_ok, run_checks
+    render = _render()
     ops = _resolve_ops(names)
     _float32_warning(opts)
     start = time.perf_counter()
@@ -141,7 +143,7 @@ def _check_table(names: list[str], opts, jobs: int, as_json: bool) -> int:
         summary[order] = counts
     if as_json:
         click.echo(json.dumps({
-            "command": "check", "nbgrad": nbgrad.__version__, "ok": ok,
+            "command": "check", "nbgrad": __version__, "ok": ok,
             "jit_built": jit_available(), "options": {
                 "dtype": opts.dtype, "second_order": opts.second_order, "seed": opts.seed,
                 "eps": opts.eps, "atol": opts.atol, "rtol": opts.rtol, "fast": opts.fast,
@@ -169,9 +171,6 @@ def _check_table(names: list[str], opts, jobs: int, as_json: bool) -> int:
 
 def _check_user(target: str, shapes: tuple[str, ...], domains: tuple[str, ...], opts,
                 as_json: bool) -> int:
-    from ..testing import DOMAINS
-    from . import render
-    from .usercheck import check_user_function, load_function, parse_shape
     if not shapes:
         raise CliError(f"{target}: give the shape of each argument with --shape, e.g. "
                        "--shape 3,4 --shape 4")
@@ -192,6 +191,7 @@ def _check_user(target: str, shapes: tuple[str, ...], domains: tuple[str, ...], 
     if as_json:
         click.echo(json.dumps({"command": "check", **report}, indent=1))
     else:
+        render = _render()
         console = render.stdout_console()
         render.user_report_lines(report, console)
         if "jit" in opts.modes and not any(r["mode"] == "jit" and
@@ -207,14 +207,13 @@ def _check_user(target: str, shapes: tuple[str, ...], domains: tuple[str, ...], 
 @cli.command("ops", context_settings=CONTEXT)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON only.")
 def ops(as_json: bool) -> int:
-    """List the derivative table: op, differentiable inputs, formulas, double backward
-    coverage (a record runs gradgradcheck on it) and whether a CUDA kernel exists."""
-    from . import render
-    from .inventory import table_rows
+    """List the derivative table: op, its kind, differentiable inputs, formulas, double
+    backward coverage (a record runs gradgradcheck on it) and whether a CUDA kernel exists."""
     rows = table_rows()
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return 0
+    render = _render()
     console = render.stdout_console()
     console.print(render.ops_table(rows))
     diff = sum(r["differentiable"] for r in rows)
@@ -241,7 +240,6 @@ def bench(workloads: str | None, frameworks: str | None, rounds: int | None,
     Other options (e.g. --size tiny) go to the runner unchanged; see
     'python -m perf --help'. Needs a source checkout with perf/.
     """
-    from .bench import run_bench
     return run_bench(workloads, frameworks, rounds, extra)
 
 
@@ -252,6 +250,12 @@ cli.add_command(fuzz)
 
 
 # ------------------------------------------------------------------ entry point
+def _render():
+    """The rich-based output module, imported on first use (``nbgrad --help`` stays quick)."""
+    from . import render
+    return render
+
+
 def _fail(ctx_path: str, message: str, code: int) -> None:
     click.echo(f"{ctx_path}: error: {' '.join(message.split())}", err=True)
     sys.exit(code)

@@ -7,13 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbgrad
+
 from .errors import FAILED, CliError
 
 
 def find_perf(candidates: list[Path] | None = None) -> Path:
     """The folder holding ``perf/`` with its runner: the current folder, or the checkout
     nbgrad was installed from (editable installs)."""
-    import nbgrad
     if candidates is None:
         candidates = [Path.cwd(), Path(nbgrad.__file__).resolve().parent.parent]
     looked = []

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from .. import testing
+from ..cuda import coverage
+from ..ops.registry import kind_of, table
+from ..ops.traits import Opaque
+
 
 def table_rows() -> list[dict]:
-    """Op, differentiable inputs, formulas, double-backward coverage and CUDA kernel per entry.
+    """Op, kind, differentiable inputs, formulas, double-backward coverage and CUDA kernel
+    per entry (``kind``: the op's declared kind; an opaque op with a native function is
+    ``opaque (native)``).
 
     Double backward counts as covered when the op's record runs gradgradcheck on it
     (``grad=True`` and ``second_order=True``); entries marked not differentiable say so.
     """
-    from ..cuda import coverage
-    from ..ops.registry import table
-    from ..testing import all_records
-    records = all_records()
+    records = testing.all_records()  # looked up per call (tests replace it)
     cuda = coverage()  # registers the CUDA kernels (they load lazily)
     rows = []
     for name, entry in table().items():
@@ -28,6 +32,7 @@ def table_rows() -> list[dict]:
         outputs = list(entry.schema.returns)
         rows.append({
             "op": name,
+            "kind": _kind_label(name),
             "signature": _signature(entry),
             "differentiable_inputs": [p for p in entry.schema.param_names
                                       if p in entry.formulas],
@@ -39,6 +44,13 @@ def table_rows() -> list[dict]:
             "cuda": cuda.get(name, False),
         })
     return rows
+
+
+def _kind_label(name: str) -> str:
+    kind = kind_of(name)
+    if isinstance(kind, Opaque) and kind.native is not None:
+        return "opaque (native)"
+    return kind.label
 
 
 def _signature(entry) -> str:

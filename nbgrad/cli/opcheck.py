@@ -10,6 +10,7 @@ processes run; everything it returns is plain data (JSON-ready dicts).
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 import warnings
 from collections.abc import Callable
@@ -18,6 +19,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+import nbgrad
+
+from .. import testing
+from ..autograd import gradcheck, gradgradcheck
+from ..autograd.gradcheck import GradcheckError, compare_jacobians, describe
 from ..tensor import Tensor
 from .problems import (
     Tolerances,
@@ -47,7 +53,6 @@ class CheckOptions:
 
 
 def jit_available() -> bool:
-    import nbgrad
     return hasattr(nbgrad, "jit")
 
 
@@ -64,7 +69,6 @@ def _mixed_precision_check(fn: Callable, inputs: tuple, tol: Tolerances, fast: b
                            seed: int, second: bool) -> None:
     """gradcheck (or gradgradcheck) of float32 inputs against finite differences taken in
     float64 at the same points; raises GradcheckError on a mismatch."""
-    from ..autograd.gradcheck import GradcheckError, compare_jacobians, describe
     if second:
         fn, inputs = first_order_problem(fn, inputs, seed)
     reference = float64_reference(fn, inputs)
@@ -83,7 +87,6 @@ def _mixed_precision_check(fn: Callable, inputs: tuple, tol: Tolerances, fast: b
 def _run_one(check: Callable, fn: Callable, inputs: tuple, tol: Tolerances, fast: bool,
              seed: int) -> tuple[str, str]:
     """(status, message) of one gradcheck / gradgradcheck call."""
-    from ..autograd.gradcheck import GradcheckError
     second = check.__name__ == "gradgradcheck"
     kwargs = {"eps": tol.eps, "atol": tol.atol, "rtol": tol.rtol, "fast_mode": fast}
     if second:
@@ -106,15 +109,12 @@ def _run_one(check: Callable, fn: Callable, inputs: tuple, tol: Tolerances, fast
 def _wrap(fn: Callable, mode: str) -> Callable:
     if mode == "eager":
         return fn
-    import nbgrad
     return nbgrad.jit(fn)
 
 
 def check_op(name: str, opts: CheckOptions) -> list[dict]:
     """One result row per mode for op ``name`` (a table entry with a record)."""
-    from ..autograd import gradcheck, gradgradcheck
-    from ..testing import all_records
-    rec = all_records()[name]
+    rec = testing.all_records()[name]  # looked up per call (tests replace it)
     dtype = np.dtype(opts.dtype)
     tol = Tolerances.choose(rec, opts.dtype, opts.eps, opts.atol, opts.rtol)
     rows = []
@@ -201,7 +201,6 @@ def run_checks(names: list[str], opts: CheckOptions, jobs: int = 1,
             rows.extend(check_op(name, opts))
             advance(1, name)
         return rows
-    import multiprocessing
     by_op: dict[str, list[dict]] = {}
     context = multiprocessing.get_context("spawn")  # no fork of a process holding Numba
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:

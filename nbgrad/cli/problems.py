@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..autograd import grad
+from ..autograd.gradcheck import _diff_inputs, _evaluate, _float_outputs
 from ..tensor import Tensor
 from ..testing import OpRecord, Sample, make_inputs
 
@@ -109,7 +111,6 @@ FLOAT32_FD_FLOORS = {"eps": 1e-3, "atol": 1e-2, "rtol": 3e-2}
 def float64_reference(fn: Callable, inputs: tuple) -> tuple | None:
     """Float64 twins of float32 ``inputs`` when ``fn`` computes the same function on them
     (outputs agree to float32 accuracy), else None (then differences stay in float32)."""
-    from ..autograd.gradcheck import _evaluate
     twins = float64_twins(inputs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -133,8 +134,6 @@ def first_order_problem(fn: Callable, inputs: tuple, seed: int = 0
                         ) -> tuple[Callable, tuple[Tensor, ...]]:
     """The map ``(inputs, v) -> J(inputs)^T v`` whose gradcheck is a second-order check
     (the construction of :func:`nbgrad.autograd.gradgradcheck`)."""
-    from ..autograd import grad
-    from ..autograd.gradcheck import _diff_inputs, _float_outputs
     rng = np.random.default_rng(seed)
     outs = _float_outputs(fn(*inputs))
     vs = tuple(Tensor(rng.standard_normal(o.shape), dtype=o.dtype, requires_grad=True)

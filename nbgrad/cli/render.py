@@ -144,6 +144,7 @@ def user_report_lines(report: dict, console: Console) -> None:
 def ops_table(rows: list[dict]) -> Table:
     table = Table(title="the derivative table (formulas/derivatives.yaml)")
     table.add_column("op", style="bold")
+    table.add_column("kind")
     table.add_column("differentiable inputs")
     table.add_column("formula")
     table.add_column("double backward")
@@ -159,6 +160,6 @@ def ops_table(rows: list[dict]) -> Table:
             formula = "\n".join(parts)
         double = {"yes": "[green]yes[/]", "no": "[yellow]no[/]"}.get(row["double_backward"],
                                                                        row["double_backward"])
-        table.add_row(row["op"], inputs, formula, double,
+        table.add_row(row["op"], row["kind"], inputs, formula, double,
                       "[green]yes[/]" if row["cuda"] else "no")
     return table

@@ -20,7 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
+import nbgrad
+
+from ..autograd import grad
+from ..autograd.gradcheck import compare_jacobians
+from ..ops import ones_like
 from ..tensor import Tensor
+from ..testing import DOMAINS
 from .diagnose import diagnose
 from .errors import CliError
 from .opcheck import ERROR, FAIL, JIT_MISSING, NA, PASS, CheckOptions, jit_available
@@ -93,7 +99,6 @@ def load_function(target: str) -> Callable:
 
 def make_inputs(shapes: list[tuple[int, ...]], domains: list[str], dtype: str,
                 seed: int) -> tuple[Tensor, ...]:
-    from ..testing import DOMAINS
     rng = np.random.default_rng(seed)
     return tuple(Tensor(np.asarray(DOMAINS[d](rng, s), dtype=np.float64).astype(dtype),
                         requires_grad=True) for s, d in zip(shapes, domains, strict=True))
@@ -106,8 +111,6 @@ def _floating_outputs(result) -> list[Tensor]:
 
 def _connected(fn: Callable, inputs: tuple, diff: list[int]) -> list[list[bool]]:
     """connected[o][k]: does output o reach input diff[k] in the graph?"""
-    from ..autograd import grad
-    from ..ops import ones_like
     outs = _floating_outputs(fn(*inputs))
     table = []
     for out in outs:
@@ -145,7 +148,6 @@ def _blocks(cmp, connected: list[list[bool]], tol: Tolerances, labels: list[str]
 
 def _check_order(fn: Callable, inputs: tuple, tol: Tolerances, fast: bool,
                  labels: list[str], seed: int) -> dict:
-    from ..autograd.gradcheck import compare_jacobians
     result = {"status": PASS, "note": "", "blocks": [], "message": ""}
     single = any(isinstance(t, Tensor) and t.dtype == np.float32 for t in inputs)
     try:
@@ -211,7 +213,6 @@ def check_user_function(target: str, fn: Callable, shapes: list[tuple[int, ...]]
             continue
         run = fn
         if mode == "jit":
-            import nbgrad
             run = nbgrad.jit(fn)
         row["first_order"] = _check_order(run, inputs, tol, opts.fast, labels, seed)
         if opts.second_order:

@@ -3,7 +3,8 @@
 Importing :mod:`nbgrad` does not import this package's kernels (``numba.cuda`` takes
 about 0.4 s to import): :func:`register` runs when the first CUDA array is made
 (:func:`nbgrad.backends.to_device`) or when coverage is asked for. It adds a
-``"cuda"`` kernel to every op of the derivative table that has one here; an op
+``"cuda"`` kernel to every op of the derivative table that has one in
+:mod:`nbgrad.cuda.ops` (registered with ``@kernel(name, target="cuda")``); an op
 without one raises a ``RuntimeError`` naming it on CUDA tensors (never a silent
 round trip through the CPU).
 
@@ -15,8 +16,11 @@ thread per CUDA thread; use small arrays).
 from __future__ import annotations
 
 import glob
+import importlib
 import os
 import sys
+
+from ..ops.registry import REGISTRY, table
 
 _REGISTERED = False
 
@@ -54,52 +58,20 @@ def use_simulator_if_no_gpu() -> bool:
 
 
 def register() -> list[str]:
-    """Register the CUDA kernels with the op registry (once); returns the covered ops."""
-    global _REGISTERED
-    from ..ops.registry import REGISTRY
-    from .ops import KERNELS
-    covered = []
-    for name, fn in KERNELS.items():
-        op = REGISTRY.get(name)
-        if op is None or "cpu" not in op.kernels:
-            continue  # not an op of this table (yet)
-        op.kernels["cuda"] = _accepting_host_data(op, fn)
-        covered.append(name)
-    _REGISTERED = True
-    return sorted(covered)
+    """Register the CUDA kernels (once); returns the covered ops.
 
-
-def _accepting_host_data(op, fn):
-    """``fn``, uploading NumPy tensor arguments first.
-
-    Tensors on the CUDA device normally hold CUDA data, but the constants made for
-    Python scalar operands (``x * 2``) are 0-d host arrays; they are uploaded once
-    (see :func:`nbgrad.cuda.array.as_cuda`).
+    Importing :mod:`nbgrad.cuda.ops` is the registration: its modules register their
+    kernels with ``@kernel(name, target="cuda")`` like the CPU ones, in
+    ``OpDef.kernels["cuda"]``.
     """
-    import numpy as np
-
-    from .array import as_cuda
-    positions = op.tensor_pos
-    list_positions = op.list_pos
-
-    def kernel(*args):
-        if any(isinstance(args[i], np.ndarray) for i in positions) or any(
-                isinstance(t, np.ndarray) for i in list_positions for t in args[i]):
-            args = list(args)
-            for i in positions:
-                if isinstance(args[i], np.ndarray):
-                    args[i] = as_cuda(args[i])
-            for i in list_positions:
-                args[i] = [as_cuda(t) if isinstance(t, np.ndarray) else t for t in args[i]]
-        return fn(*args)
-
-    kernel.__name__ = kernel.__qualname__ = getattr(fn, "__name__", op.name)
-    kernel.__doc__ = fn.__doc__
-    kernel.cuda_kernel = fn
-    return kernel
+    global _REGISTERED
+    importlib.import_module(".ops", __name__)
+    _REGISTERED = True
+    return sorted(name for name in table() if "cuda" in REGISTRY[name].kernels)
 
 
 def ensure_registered() -> None:
+    """Import the CUDA kernels unless done already (:func:`register`)."""
     if not _REGISTERED:
         register()
 
@@ -109,7 +81,6 @@ def coverage() -> dict[str, bool]:
 
     Without numba-cuda installed, every op maps to ``False``.
     """
-    from ..ops.registry import REGISTRY, table
     try:
         ensure_registered()
     except ImportError:
@@ -127,7 +98,6 @@ def backward_gaps() -> dict[str, list[str]]:
 
     Such an op runs forward on CUDA, but its backward raises the missing op's error.
     """
-    from ..ops.registry import table
     cov = coverage()
     gaps = {}
     for name, entry in table().items():

@@ -234,3 +234,56 @@ def scatter_dim(out: CudaArray, dim: int, index: CudaArray, src: CudaArray, accu
     K.scatter_dim[blocks, threads](out.buf, n, ii.shape, ii.buf, ii.offset, ii.strides,
                                    si.buf, si.offset, si.strides, oi.strides, dim, skip,
                                    bool(accumulate))
+
+
+# ---------------------------------------------------------------------- rows and lines
+def sum_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype of a sum or product: integers and booleans accumulate in int64."""
+    return np.dtype(np.int64) if dtype.kind in "biu" else dtype
+
+
+def flat(v: CudaArray):
+    """The device buffer of a C-contiguous array, exactly ``v.size`` long."""
+    if v.offset == 0 and v.buf.size == v.size:
+        return v.buf
+    return v.buf[v.offset:v.offset + v.size]
+
+
+def contiguous_flat(x: CudaArray, dtype=None):
+    """:func:`flat` of ``x`` converted to ``dtype`` (if given) and made C-contiguous."""
+    v = x.astype(dtype, copy=False) if dtype is not None else x
+    if not v.is_contiguous():
+        v = v.copy()
+    return flat(v)
+
+
+def rows_last(x: CudaArray, dims: tuple[int, ...]) -> tuple[CudaArray, int, int, tuple]:
+    """``x`` with ``dims`` moved last, C-contiguous: (array, rows M, row length R, kept)."""
+    kept = tuple(d for d in range(x.ndim) if d not in dims)
+    v = x.permuted(kept + tuple(dims))
+    if not v.is_contiguous():
+        v = v.copy()
+    return v, math.prod(x.shape[d] for d in kept), math.prod(x.shape[d] for d in dims), \
+        tuple(x.shape[d] for d in kept)
+
+
+def launch(kernel, n: int, *args) -> None:
+    """Launch ``kernel`` over ``n`` threads (a 1-D grid; nothing when ``n`` is 0)."""
+    if n:
+        blocks, threads = grid_1d(n)
+        kernel[blocks, threads](*args)
+
+
+def along(x: CudaArray, dim: int, out_dtype, run) -> CudaArray:
+    """``run(flat, M, R, out_flat)`` over the lines along ``dim``; the result in x's shape."""
+    if x.ndim == 0:
+        x1 = x.reshape(1)
+        return along(x1, 0, out_dtype, run).reshape(())
+    v, M, R, kept = rows_last(x, (dim,))
+    out = empty(v.shape, out_dtype)
+    if M and R:
+        run(flat(v), M, R, out.buf)
+    order = tuple(d for d in range(x.ndim) if d != dim) + (dim,)
+    back = tuple(int(i) for i in np.argsort(order))
+    res = out.permuted(back)
+    return res if res.is_contiguous() else res.copy()

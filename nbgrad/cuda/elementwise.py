@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import codegen
 from ..kernels import elementwise as ew
+from ..kernels import scalar
 from .array import CudaArray, collapse, empty, grid_1d
 
 #: NumPy functions the expressions may use, and their libdevice names
@@ -92,7 +93,6 @@ def cuda_expr(op: ew.ScalarOp) -> str:
 
 def scalar_functions() -> list[str]:
     """The public helpers of :mod:`nbgrad.kernels.scalar` (what expressions may call)."""
-    from ..kernels import scalar
     return sorted(n for n, v in vars(scalar).items() if not n.startswith("_") and callable(v)
                   and getattr(v, "__module__", None) == scalar.__name__)
 

@@ -3,11 +3,11 @@
 A call looks up the signature of its arguments (the structure of nested
 tuples/lists/dicts, each tensor's shape, dtype, requires_grad flag and device type,
 the values of static arguments and of every non-tensor leaf, and the grad mode) in a
-bounded LRU cache. On a miss the function is traced (see :mod:`nbgrad.jit.tracer`):
+bounded LRU cache. On a miss the function is traced (see :mod:`nbgrad.jit.trace.tracer`):
 that first call runs eagerly and its results are returned. Later calls run the
 optimised graph through an :class:`~nbgrad.jit.program.Executable` (tier 1: the
 precompiled tape interpreter, one native call when every op is supported). A graph
-of CUDA tensors runs on :class:`nbgrad.cuda.fusion.CudaExecutable` instead: one
+of CUDA tensors runs on :class:`nbgrad.jit.cuda.fusion.CudaExecutable` instead: one
 generated ``@cuda.jit`` kernel per fused elementwise region, eager CUDA kernels for
 the other nodes (its backward graph alike). Generated code (tier 2, CUDA kernels) is
 trusted only after its first result agreed with tier 1 on the same inputs
@@ -15,7 +15,7 @@ trusted only after its first result agreed with tier 1 on the same inputs
 
 Outputs that require grad get one autograd node, :class:`JitBackward`. Its backward
 runs a backward graph natively; the forward then runs a graph that also returns the
-values the backward reads. Both come from :func:`nbgrad.jit.autodiff.split_vjp`,
+values the backward reads. Both come from :func:`nbgrad.jit.trace.autodiff.split_vjp`,
 i.e. from the derivative table. Under ``create_graph=True`` the backward replays the
 joint forward/backward graph with eager ops, so it is differentiable again.
 
@@ -42,16 +42,16 @@ from ..backends import is_cuda_array, to_host
 from ..errors import TracerError
 from ..grad_mode import STATE
 from ..tensor import STATE_TRACE, Tensor
-from .ir import Graph, check, format_graph
-from .program import Executable, build, tier2
-from .pythonop import owning
-from .reroll import reroll
-from .tracer import Tracer, run_traced
-from .verify import TIER1_MISMATCH, Checked
+from .executable import Executable
+from .program import Program
+from .reference import replay
+from .trace.autodiff import reached_inputs, split_vjp
+from .trace.ir import Graph, check, format_graph
+from .trace.passes import optimize
+from .trace.reroll import reroll
+from .trace.tracer import Tracer, run_traced
 
 MODES = ("auto", "interpret", "compile", "reference")
-#: calls after which ``mode="auto"`` promotes a graph to tier 2 (when tier 2 exists)
-PROMOTE_AFTER = 20
 
 
 class _Static:
@@ -242,7 +242,6 @@ class _Entry:
     def __init__(self, owner: Jitted, graph: Graph, dynamic: list[int], implicit: list[Tensor],
                  rg: tuple[bool, ...], out_spec: tuple, out_leaves: list, out_pos: list[int],
                  diff: tuple[bool, ...], frozen: list, cuda: bool = False) -> None:
-        from .passes import optimize
         self.owner = owner
         self.traced = graph
         self.graph = optimize(graph)
@@ -255,14 +254,13 @@ class _Entry:
         self.out_pos = out_pos
         self.diff = diff
         self.frozen = frozen
-        self.calls = 0
-        #: a graph of CUDA tensors (run by nbgrad.cuda.fusion, never promoted to tier 2)
+        #: a graph of CUDA tensors (run by nbgrad.jit.cuda.fusion, never promoted to tier 2)
         self.cuda = cuda
-        self.tier = "reference" if owner.mode == "reference" else "cuda" if cuda else (
-            "compile" if owner.mode == "compile" else "interpret")
-        self._exe: dict[str, Executable] = {}
+        fn = owner.fn
+        name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+        #: the executables by role and their tier (promotion, fallback: nbgrad.jit.program)
+        self.program = Program(owner.mode, cuda, name)
         self._split = None
-        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ validity
     def valid(self) -> bool:
@@ -276,58 +274,25 @@ class _Entry:
         return True
 
     # ------------------------------------------------------------------ executables
+    @property
+    def tier(self) -> str:
+        """The tier this signature runs in (see :class:`~nbgrad.jit.program.Program`)."""
+        return self.program.tier
+
     def executable(self, which: str) -> Executable:
-        exe = self._exe.get(which)
-        if exe is None:
-            with self._lock:
-                exe = self._exe.get(which)
-                if exe is None:
-                    from .passes import optimize
-                    if which == "main":
-                        graph = self.graph
-                    elif which == "fwd":
-                        graph = optimize(self.split().fwd)
-                    else:
-                        graph = optimize(self.split().bwd)
-                    if self.cuda and self.tier == TIER1_MISMATCH:
-                        from .verify import OnHost
-                        exe = OnHost(build(graph, "interpret"), [True] * len(graph.outputs))
-                    else:
-                        exe = self.adopt(which, build(graph, self.tier))
-                    self._exe[which] = exe
-        return owning(exe)  # tier 2 may swap in executables: PythonOp handles need an owner
+        """The executable of role ``which`` ("main", "fwd" or "bwd")."""
+        return self.program.executable(which, self._graph_of)
 
-    # ------------------------------------------------------------------ promotion check
-    def adopt(self, which: str, exe: Executable) -> Executable:
-        """``exe`` for role ``which``; generated code not yet checked against tier 1
-        (:class:`~nbgrad.jit.verify.Checked`) reports its verdict to :meth:`_verdict`."""
-        if isinstance(exe, Checked):
-            fn = self.owner.fn
-            exe.name = f"{getattr(fn, '__module__', '?')}." \
-                       f"{getattr(fn, '__qualname__', repr(fn))}"
-            exe.listener = functools.partial(self._verdict, which)
-        return exe
-
-    def _verdict(self, which: str, checked: Checked, ok: bool) -> None:
-        """A checked executable agreed with tier 1 (it replaces its wrapper) or not (the
-        entry goes back to tier 1 for good: every role is rebuilt in tier 1 on need)."""
-        with self._lock:
-            if ok:
-                if self._exe.get(which) is checked:
-                    self._exe[which] = checked.candidate
-                return
-            self.tier = TIER1_MISMATCH
-            for role, exe in list(self._exe.items()):
-                if exe is checked:
-                    self._exe[role] = checked.fallback
-                elif getattr(exe, "tier", None) in ("compile", "cuda"):
-                    del self._exe[role]
+    def _graph_of(self, which: str) -> Graph:
+        if which == "main":
+            return self.graph
+        split = self.split()
+        return optimize(split.fwd if which == "fwd" else split.bwd)
 
     def split(self, example: list[np.ndarray] | None = None):
         """The forward-with-residuals and backward graphs (built on first need, by
         differentiating the graph on ``example`` input values)."""
         if self._split is None:
-            from .autodiff import split_vjp
             if example is None:
                 example = [np.zeros(v.shape, v.dtype) for v in self.graph.inputs]
             if self.cuda:  # the joint graph is traced on the CPU (ops are device-neutral)
@@ -335,17 +300,9 @@ class _Entry:
             self._split = split_vjp(self.graph, self.rg, example)
         return self._split
 
-    def _maybe_promote(self) -> None:
-        if self.owner.mode == "auto" and self.tier == "interpret" and \
-                self.calls >= PROMOTE_AFTER and tier2() is not None:
-            # tier 2 compiles in a background thread; tier 1 runs until it is ready
-            self.tier = tier2().PROMOTING
-            tier2().promote_in_background(self)
-
     # ------------------------------------------------------------------ running
     def call(self, leaves: list) -> Any:
-        self.calls += 1
-        self._maybe_promote()
+        self.program.called()
         user_inputs = [leaves[k] for k in self.dynamic] + self.implicit
         arrays = [t._data if isinstance(t, Tensor) else np.asarray(t) for t in user_inputs]
         if any(self.rg) and any(self.diff) and self._split is not None:
@@ -427,12 +384,10 @@ class JitBackward(Node):
             cts.append(g)
         out: list = [None] * len(inputs)
         # as eager autograd: an input no output with a gradient reaches gets None
-        from .autodiff import reached_inputs
         reached = reached_inputs(joint, [g is not None for g in grads])
         if not reached:
             return out
         if create_graph:
-            from .reference import replay
             jg = _grad_graph(split)
             grads_t = replay(jg, inputs + cts)
             for i, g in zip(joint.wrt, grads_t, strict=True):
@@ -457,7 +412,7 @@ class JitBackward(Node):
 
 def _device_of(array):
     """The device of an output array of a CUDA graph (CUDA data, or a host array)."""
-    from ..cuda.fusion import device_of_array
+    from .cuda.fusion import device_of_array  # optional: needs a CUDA runtime
     return device_of_array(array)
 
 

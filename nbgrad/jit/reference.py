@@ -4,7 +4,7 @@ Every table-op node calls ``nbgrad.ops.dispatch.apply`` with the arguments it wa
 recorded with, so the replay computes exactly what eager mode computes and, when its
 inputs require grad, records an autograd graph: this is the oracle of the tests and
 the path that keeps ``create_graph`` (higher-order gradients) working through a
-jitted function. Loop nodes go through :func:`nbgrad.jit.loops.apply_loop`.
+jitted function. Loop nodes go through :func:`nbgrad.jit.trace.loops.apply_loop`.
 """
 
 from __future__ import annotations
@@ -15,15 +15,17 @@ import numpy as np
 
 from ..backends import is_cuda_array, to_device
 from ..device import Device
+from ..grad_mode import no_grad
+from ..ops.dispatch import apply
+from ..ops.registry import REGISTRY
 from ..tensor import STATE_TRACE, Tensor
-from .ir import CUSTOM_KINDS, LOOP, Graph, LoopInfo, node_args
+from .trace.ir import CUSTOM_KINDS, LOOP, Graph, LoopInfo, node_args
+from .trace.pythonop import replay_node
 
 
 def replay(graph: Graph, inputs: Sequence[Tensor]) -> list[Tensor]:
     """Run ``graph`` on ``inputs`` with eager ops; returns its outputs as tensors."""
-    from ..ops.dispatch import apply
-    from ..ops.registry import REGISTRY
-    from .loops import apply_loop
+    from .trace.loops import apply_loop  # cyclic: loops replays its bodies through here
     if len(inputs) != len(graph.inputs):
         raise RuntimeError(f"replay: the graph takes {len(graph.inputs)} inputs, got "
                            f"{len(inputs)}")
@@ -39,7 +41,6 @@ def replay(graph: Graph, inputs: Sequence[Tensor]) -> list[Tensor]:
         if node.op == LOOP:
             outs = apply_loop(LoopInfo.of(node), values)
         elif node.op in CUSTOM_KINDS:
-            from .pythonop import replay_node
             outs = replay_node(node, values)
         else:
             out = apply(REGISTRY[node.op], node_args(node, values))
@@ -51,7 +52,6 @@ def replay(graph: Graph, inputs: Sequence[Tensor]) -> list[Tensor]:
 
 def replay_arrays(graph: Graph, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Replay on plain arrays, recording nothing (no tracer, no autograd)."""
-    from ..grad_mode import no_grad
     cuda_device = Device.of("cuda")
     prev = STATE_TRACE.tracer
     STATE_TRACE.tracer = None

@@ -11,9 +11,10 @@ inputs (rounding noise of a cancellation scales with the values that cancel; see
 :func:`compare`; ``rtol`` in :data:`RTOL`). The inputs must be left unchanged and no
 output may share memory with an input.
 
-On a mismatch the call returns tier 1's result, the owner (a ``nbgrad.jit`` entry) keeps
-the graph in tier 1 for good, one :class:`PromotionMismatchWarning` names the function
-and the first differing output, and a reproducer (graph, inputs, ``replay.py``) is
+On a mismatch the call returns tier 1's result, the owner
+(a :class:`~nbgrad.jit.program.Program`) keeps the graph in tier 1 for good, one
+:class:`PromotionMismatchWarning` names the function and the first differing output,
+and a reproducer (graph, inputs, ``replay.py``) is
 written under the cache folder (:func:`write_reproducer`, :func:`replay`).
 
 Exempt: graphs with PythonOp nodes (custom Functions whose Python code runs at every
@@ -42,15 +43,21 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import is_cuda_array, to_host
-from .ir import Graph, format_graph, graph_hash
+from .. import random as nb_random
+from ..backends import is_cuda_array, to_device, to_host
+from ..codegen import cache_dir
+from .tier1.lowering import build_tape
+from .tier2 import codegen
+from .trace.function_trace import expand
+from .trace.handles import has_python_ops, owning
+from .trace.ir import Graph, format_graph, graph_hash
 
 _ENABLED = os.environ.get("NBGRAD_PROMOTION_CHECK", "1").strip() != "0"
 
 #: relative tolerance of the check by dtype (float64: 1e-12; others by their precision)
 RTOL = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 1e-5,
         np.dtype(np.float16): 1e-2}
-#: the entry tier of a graph whose generated code disagreed with tier 1 (kept in tier 1)
+#: the tier of a program whose generated code disagreed with tier 1 (kept in tier 1)
 TIER1_MISMATCH = "interpret (generated code differs)"
 #: what one check cost, newest last (for measurements; bounded)
 TIMINGS: list[dict[str, Any]] = []
@@ -187,7 +194,6 @@ def _first(mask: np.ndarray) -> tuple:
 # ------------------------------------------------------------------ random generators
 def _generators(graph: Graph) -> list[np.random.Generator]:
     """The NumPy generators a run of ``graph`` may draw from."""
-    from .. import random as nb_random
     gens = {id(nb_random._GENERATOR): nb_random._GENERATOR}
     for node in graph.walk():
         for value in node.attrs.values():
@@ -229,8 +235,7 @@ class OnHost:
         self.on_device = list(on_device)
 
     def run(self, arrays: Sequence) -> list:
-        from ..backends import to_device
-        from ..cuda.fusion import cuda_device
+        from .cuda.fusion import cuda_device  # optional: needs a CUDA runtime
         outs = self.inner.run([to_host(a) for a in arrays])
         return [to_device(o, cuda_device()) if dev else o
                 for o, dev in zip(outs, self.on_device, strict=True)]
@@ -243,8 +248,8 @@ class Checked:
     """Generated code whose first run is checked against tier 1 (see the module doc).
 
     ``name`` says whose graph it is (for the warning); ``listener(checked, ok)`` is
-    told the verdict once (a ``nbgrad.jit`` entry swaps executables on it). After the
-    verdict, ``run`` goes to the generated code (ok) or to tier 1 (mismatch).
+    told the verdict once (a :class:`~nbgrad.jit.program.Program` swaps executables on
+    it). After the verdict, ``run`` goes to the generated code (ok) or to tier 1 (mismatch).
     """
 
     def __init__(self, candidate, name: str = "a jitted function") -> None:
@@ -264,8 +269,7 @@ class Checked:
     def reference(self):
         """The tier-1 executable of the graph (made on first need)."""
         if self.fallback is None:
-            from .program import build
-            self.fallback = build(self.graph, "interpret")
+            self.fallback = _tier1(self.graph)
         return self.fallback
 
     def run(self, arrays: Sequence) -> list:
@@ -351,19 +355,23 @@ class Checked:
         return f"<checked {self.candidate or self.fallback!r}, verdict={self.verdict}>"
 
 
+def _tier1(graph: Graph):
+    """The tier-1 executable of ``graph`` (what :func:`nbgrad.jit.program.build` makes for
+    ``"interpret"``): the reference every generated executable is checked against."""
+    return owning(build_tape(expand(graph)))
+
+
 def _back(expected: np.ndarray, on_device: bool):
     """A tier-1 output moved to the device where the generated code puts it there."""
     if not on_device:
         return expected
-    from ..backends import to_device
-    from ..cuda.fusion import cuda_device
+    from .cuda.fusion import cuda_device  # optional: needs a CUDA runtime
     return to_device(expected, cuda_device())
 
 
 def checked(exe, name: str = "a jitted function"):
     """``exe`` wrapped in a :class:`Checked` when it is generated code that the check
     covers (the switch is on, the graph has no PythonOp), else ``exe``."""
-    from .pythonop import has_python_ops
     if not _ENABLED or getattr(exe, "tier", None) not in ("compile", "cuda") or \
             isinstance(exe, Checked) or has_python_ops(exe.graph):
         return exe
@@ -392,7 +400,6 @@ sys.exit(0 if replay(Path(__file__).parent) is None else 1)
 
 def reproducer_root() -> Path:
     """Where reproducers go: ``promotion-mismatch`` in the cache folder."""
-    from ..codegen import cache_dir
     return cache_dir() / "promotion-mismatch"
 
 
@@ -433,18 +440,15 @@ def load_reproducer(folder: str | os.PathLike) -> tuple[Graph, list[np.ndarray]]
 def replay(folder: str | os.PathLike, verbose: bool = True) -> Mismatch | None:
     """Compile a reproducer's graph with tier 2, run it and tier 1 on its inputs, and
     return (and print) the first difference, or None when they agree."""
-    from .program import build
     graph, inputs = load_reproducer(folder)
     tier_file = Path(folder) / "tier.txt"
     tier = tier_file.read_text().strip() if tier_file.exists() else "compile"
     if tier == "cuda":
-        from ..backends import to_device
-        from ..cuda.fusion import CudaExecutable, cuda_device
+        from .cuda.fusion import CudaExecutable, cuda_device  # optional: a CUDA runtime
         got = CudaExecutable(graph).run([to_device(a, cuda_device()) for a in inputs])
     else:
-        from .codegen import compile_graph
-        got = compile_graph(graph).run([np.array(a, copy=True) for a in inputs])
-    expected = build(graph, "interpret").run(inputs)
+        got = codegen.compile_graph(graph).run([np.array(a, copy=True) for a in inputs])
+    expected = _tier1(graph).run(inputs)
     bad = compare(expected, got, inputs)
     if verbose:
         print("tier 2 agrees with tier 1" if bad is None else

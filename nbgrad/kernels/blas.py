@@ -4,8 +4,10 @@ decompositions (``np.linalg`` inside ``@njit``) and triangular solves."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
 
+from ..errors import LinAlgError
 from .layout import c_contiguous
 
 OPTS = dict(cache=True, nogil=True)
@@ -78,19 +80,21 @@ def matmul_nd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ einsum of two operands
-def einsum_pair(a: np.ndarray, a_labels: str, b: np.ndarray, b_labels: str,
-                out_labels: str) -> np.ndarray:
-    """``np.einsum(f"{a_labels},{b_labels}->{out_labels}", a, b)`` as one batched GEMM.
+def einsum_plan(a_shape: tuple[int, ...], a_labels: str, b_shape: tuple[int, ...],
+                b_labels: str, out_labels: str) -> tuple:
+    """How :func:`einsum_native` computes ``np.einsum(f"{a_labels},{b_labels}->
+    {out_labels}", a, b)`` as one batched GEMM: ``(a_perm, a3, b_perm, b3, grouped,
+    out_perm)``, a perm None where it is the identity.
 
     The equation must be *clean*: no label repeats within an operand, and every label
     appears in at least two of the two operands and the output. Labels then fall in
     four groups: batch (in both operands and the output), left-free, right-free and
-    contracted. ``a`` is laid out as (batch, left, contracted), ``b`` as (batch,
-    contracted, right), and the product goes through :func:`matmul3d` (BLAS); no NumPy
-    ``einsum`` is involved.
+    contracted. ``a`` is laid out as (batch, left, contracted) (``a3``), ``b`` as
+    (batch, contracted, right) (``b3``); the product has the ``grouped`` shape (batch,
+    left, right) and is transposed by ``out_perm``. No NumPy ``einsum`` is involved.
     """
-    size = dict(zip(a_labels, a.shape, strict=True))
-    size.update(zip(b_labels, b.shape, strict=True))
+    size = dict(zip(a_labels, a_shape, strict=True))
+    size.update(zip(b_labels, b_shape, strict=True))
     batch = [c for c in out_labels if c in a_labels and c in b_labels]
     left = [c for c in out_labels if c in a_labels and c not in b_labels]
     right = [c for c in out_labels if c in b_labels and c not in a_labels]
@@ -102,15 +106,37 @@ def einsum_pair(a: np.ndarray, a_labels: str, b: np.ndarray, b_labels: str,
             n *= size[c]
         return n
 
+    def perm(order: list[int]) -> tuple[int, ...] | None:
+        return None if order == sorted(order) else tuple(order)
+
     nb, m, k, n = prod(batch), prod(left), prod(contracted), prod(right)
-    a3 = np.transpose(a, [a_labels.index(c) for c in batch + left + contracted])
-    b3 = np.transpose(b, [b_labels.index(c) for c in batch + contracted + right])
-    a3 = c_writable(a3).reshape(nb, m, k)
-    b3 = c_writable(b3).reshape(nb, k, n)
-    out = matmul2d(a3[0], b3[0])[None] if nb == 1 else matmul3d(a3, b3)
     grouped = batch + left + right
-    out = out.reshape(tuple(size[c] for c in grouped))
-    return c_contiguous(np.transpose(out, [grouped.index(c) for c in out_labels]))
+    return (perm([a_labels.index(c) for c in batch + left + contracted]), (nb, m, k),
+            perm([b_labels.index(c) for c in batch + contracted + right]), (nb, k, n),
+            tuple(size[c] for c in grouped), perm([grouped.index(c) for c in out_labels]))
+
+
+@njit(**OPTS)
+def einsum_native(operands, a_perm, a3, b_perm, b3, grouped, out_perm):
+    """The two-operand einsum planned by :func:`einsum_plan` (BLAS products)."""
+    a = _transposed(operands[0], a_perm).reshape(a3)
+    b = _transposed(operands[1], b_perm).reshape(b3)
+    out = np.empty((a3[0], a3[1], b3[2]), a.dtype)
+    if out.size:
+        if a3[2] == 0:
+            out[:] = 0
+        else:
+            for i in range(a3[0]):
+                np.dot(a[i], b[i], out[i])
+    return _transposed(out.reshape(grouped), out_perm)
+
+
+def einsum_pair(a: np.ndarray, a_labels: str, b: np.ndarray, b_labels: str,
+                out_labels: str) -> np.ndarray:
+    """``np.einsum(f"{a_labels},{b_labels}->{out_labels}", a, b)`` (see
+    :func:`einsum_plan`)."""
+    plan = einsum_plan(a.shape, a_labels, b.shape, b_labels, out_labels)
+    return einsum_native((c_writable(a), c_writable(b)), *plan)
 
 
 # ------------------------------------------------------------------ LAPACK, batched
@@ -170,3 +196,110 @@ def trsm_batched(a, x, upper, unit):
                 d = A[r, r]
                 for j in range(k):
                     row[j] /= d
+
+
+# ------------------------------------------------------------------ natives
+# ``@njit`` entry points that generated code calls directly (``Opaque.native``) and the
+# ops' CPU kernels call too. ``stack``: (batch, rows, cols) of an input; ``where``
+# (prefix, suffix): the LinAlgError message around NumPy's words.
+def _transposed(x, perm):
+    """``x`` transposed by ``perm`` (C-contiguous), or ``x`` when ``perm`` is None."""
+
+
+@overload(_transposed)
+def _transposed_impl(x, perm):
+    if isinstance(perm, types.NoneType):
+        return lambda x, perm: x
+    return lambda x, perm: np.ascontiguousarray(x.transpose(perm))
+
+
+@njit(**OPTS)
+def _stacked(x, full, stack):
+    """``x`` broadcast to ``full`` as a C-contiguous (batch, rows, cols) stack."""
+    return np.ascontiguousarray(np.broadcast_to(x, full)).reshape(stack)
+
+
+@njit(**OPTS)
+def _lapack_failure(a, b):
+    """Why a LAPACK solve or inverse of ``a`` (and ``b``) failed, in NumPy's words."""
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        return "Array must not contain infs or NaNs."
+    return "Matrix is singular to machine precision."
+
+
+@njit(**OPTS)
+def inv_native(A, stack, prefix, suffix):
+    """The inverse of each matrix of ``A``."""
+    a = A.reshape(stack)
+    out = np.empty_like(a)
+    for i in range(stack[0]):
+        ok = True
+        try:
+            out[i] = np.linalg.inv(a[i])
+        except Exception:  # noqa: BLE001 - Numba binds no exception; the message is NumPy's
+            ok = False
+        if not ok:
+            raise LinAlgError(prefix + _lapack_failure(a[i], a[i]) + suffix)
+    return out.reshape(A.shape)
+
+
+@njit(**OPTS)
+def cholesky_native(A, stack, prefix, suffix):
+    """The lower Cholesky factor of each matrix of ``A``."""
+    a = A.reshape(stack)
+    out = np.empty_like(a)
+    for i in range(stack[0]):
+        ok = True
+        try:
+            out[i] = np.linalg.cholesky(a[i])
+        except Exception:  # noqa: BLE001
+            ok = False
+        if not ok:
+            raise LinAlgError(prefix + "Matrix is not positive definite." + suffix)
+    return out.reshape(A.shape)
+
+
+@njit(**OPTS)
+def det_native(A, stack, batch):
+    """The determinant of each matrix of ``A``, shaped ``batch``."""
+    out = np.empty(stack[0], A.dtype)
+    det_batched(A.reshape(stack), out)
+    return out.reshape(batch)
+
+
+@njit(**OPTS)
+def slogdet_native(A, stack, batch):
+    """``(sign, logabsdet)`` of each matrix of ``A``, shaped ``batch``."""
+    sign = np.empty(stack[0], A.dtype)
+    logabs = np.empty(stack[0], A.dtype)
+    slogdet_batched(A.reshape(stack), sign, logabs)
+    return sign.reshape(batch), logabs.reshape(batch)
+
+
+@njit(**OPTS)
+def solve_native(A, B, b_matrix, a_full, b_full, a_stack, b_stack, out_shape, prefix,
+                 suffix):
+    """``X`` with ``A @ X = B`` (``B`` as the matrices ``b_matrix``), batches broadcast."""
+    a = _stacked(A, a_full, a_stack)
+    b = _stacked(B.reshape(b_matrix), b_full, b_stack)
+    out = np.empty_like(b)
+    for i in range(a_stack[0]):
+        ok = True
+        try:
+            out[i] = np.linalg.solve(a[i], b[i])
+        except Exception:  # noqa: BLE001
+            ok = False
+        if not ok:
+            raise LinAlgError(prefix + _lapack_failure(a[i], b[i]) + suffix)
+    return out.reshape(out_shape)
+
+
+@njit(**OPTS)
+def solve_triangular_native(A, B, upper, unit, a_perm, b_perm, a_full, b_full, a_stack,
+                            b_stack, x_shape, out_perm):
+    """``X`` with ``A @ X = B`` for a triangular ``A``; with the perms (transposing the
+    last two dims) ``X @ A = B`` as ``A.mT @ X.mT = B.mT``."""
+    a = _stacked(_transposed(A, a_perm), a_full, a_stack)
+    x = _stacked(_transposed(B, b_perm), b_full, b_stack).copy()
+    trsm_batched(a, x, upper, unit)
+    return _transposed(x.reshape(x_shape), out_perm)

@@ -17,7 +17,8 @@ Geometry arguments are plain ints, passed in one order everywhere:
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
 
 OPTS = dict(cache=True, nogil=True)
 
@@ -327,3 +328,98 @@ def avg_pool2d_backward(gy, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, 
                     row = gp[h]
                     for w in range(w0, w1):
                         row[w] += v
+
+
+# ------------------------------------------------------------------ natives
+# ``@njit`` entry points that generated code calls directly (``Opaque.native``) and the
+# ops' CPU kernels call too: C-contiguous arrays, the geometry as above, then the
+# output sizes the op's static computed.
+def _add_bias(out, b):
+    """``out[:, o] += b[o]`` of an NCHW ``out``; nothing when ``b`` is None."""
+
+
+@overload(_add_bias)
+def _add_bias_impl(out, b):
+    if isinstance(b, types.NoneType):
+        return lambda out, b: None
+
+    def add(out, b):
+        for n in range(out.shape[0]):
+            for o in range(out.shape[1]):
+                out[n, o] += b[o]
+    return add
+
+
+@njit(**OPTS)
+def conv2d_native(x, w, b, sh, sw, ph, pw, dh, dw, groups, Ho, Wo):
+    """2-D convolution (cross-correlation) of NCHW ``x`` with ``w``, plus ``b``."""
+    out = np.empty((x.shape[0], w.shape[0], Ho, Wo), x.dtype)
+    if out.size and w.shape[1]:
+        conv2d_forward(x, w, sh, sw, ph, pw, dh, dw, groups, out)
+    else:
+        out[:] = 0
+    _add_bias(out, b)
+    return out
+
+
+@njit(**OPTS)
+def conv1d_native(x, w, b, sw, pw, dw, groups, Wo):
+    """1-D convolution of NCL ``x`` with ``w``: the 2-D one of unit height."""
+    x4 = x.reshape((x.shape[0], x.shape[1], 1, x.shape[2]))
+    w4 = w.reshape((w.shape[0], w.shape[1], 1, w.shape[2]))
+    out = conv2d_native(x4, w4, b, 1, sw, 0, pw, 1, dw, groups, 1, Wo)
+    return out.reshape((out.shape[0], out.shape[1], Wo))
+
+
+@njit(**OPTS)
+def conv2d_input_backward_native(gy, w, input_size, sh, sw, ph, pw, dh, dw, groups):
+    """The gradient of :func:`conv2d_native` for its input, of shape ``input_size``."""
+    gx = np.zeros(input_size, gy.dtype)
+    if gy.size:
+        conv2d_input_grad(gy, w, sh, sw, ph, pw, dh, dw, groups, gx)
+    return gx
+
+
+@njit(**OPTS)
+def conv2d_weight_backward_native(gy, x, weight_size, sh, sw, ph, pw, dh, dw, groups):
+    """The gradient of :func:`conv2d_native` for its weight, of shape ``weight_size``."""
+    gw = np.zeros(weight_size, gy.dtype)
+    if gy.size:
+        conv2d_weight_grad(gy, x, sh, sw, ph, pw, dh, dw, groups, gw)
+    return gw
+
+
+@njit(**OPTS)
+def max_pool2d_native(x, kh, kw, sh, sw, ph, pw, dh, dw, planes, out_shape, fast):
+    """``(max, flat index h * W + w of it)`` over each window of each plane; ``planes``:
+    (count, H, W) of ``x``; ``fast``: the 2x2, stride-2 case."""
+    p = x.reshape(planes)
+    Ho, Wo = out_shape[len(out_shape) - 2], out_shape[len(out_shape) - 1]
+    out = np.empty((planes[0], Ho, Wo), x.dtype)
+    idx = np.empty((planes[0], Ho, Wo), np.int64)
+    if fast:
+        max_pool2d_2x2(p, out, idx)
+    else:
+        max_pool2d_forward(p, kh, kw, sh, sw, ph, pw, dh, dw, out, idx)
+    return out.reshape(out_shape), idx.reshape(out_shape)
+
+
+@njit(**OPTS)
+def avg_pool2d_native(x, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, planes,
+                      out_shape):
+    """The mean over each window of each plane (``divisor`` 0: torch's count)."""
+    Ho, Wo = out_shape[len(out_shape) - 2], out_shape[len(out_shape) - 1]
+    out = np.empty((planes[0], Ho, Wo), x.dtype)
+    avg_pool2d_forward(x.reshape(planes), kh, kw, sh, sw, ph, pw, count_include_pad,
+                       divisor, out)
+    return out.reshape(out_shape)
+
+
+@njit(**OPTS)
+def avg_pool2d_backward_native(gy, input_size, kh, kw, sh, sw, ph, pw, count_include_pad,
+                               divisor, gy_planes, gx_planes):
+    """The gradient of :func:`avg_pool2d_native`, in zeros of shape ``input_size``."""
+    gx = np.zeros(input_size, gy.dtype)
+    avg_pool2d_backward(gy.reshape(gy_planes), kh, kw, sh, sw, ph, pw, count_include_pad,
+                        divisor, gx.reshape(gx_planes))
+    return gx

@@ -15,19 +15,28 @@ from pathlib import Path
 import numpy as np
 
 from .. import codegen
+from . import scalar
 from .layout import c_contiguous
 
 
 @dataclass(frozen=True)
 class ScalarOp:
+    """One elementwise operation: its scalar expression and how executors treat it."""
+
     name: str
     expr: str
     params: tuple[str, ...] = ()  # op arguments passed as p0, p1
     kind: str = "float"  # "float": inputs become floating; "same": keeps ints; "bool": -> bool
+    #: the tier-1 interpreter's treatment: "hot" (a dedicated loop), "generic" (the
+    #: generic loop's sub-opcode) or "cold" (left out: large and slow to compile; the op
+    #: runs as an eager step)
+    tape: str = "generic"
+    #: ``a op b == b op a`` (tier 1 swaps a scalar first operand into second place)
+    commutative: bool = False
 
 
-def _u(name, expr, params=(), kind="float"):
-    return ScalarOp(name, expr, tuple(params), kind)
+def _u(name, expr, params=(), kind="float", tape="generic", commutative=False):
+    return ScalarOp(name, expr, tuple(params), kind, tape, commutative)
 
 
 UNARY: dict[str, ScalarOp] = {op.name: op for op in [
@@ -52,7 +61,7 @@ UNARY: dict[str, ScalarOp] = {op.name: op for op in [
     _u("atan", "math.atan(x)"),
     _u("sinh", "math.sinh(x)"),
     _u("cosh", "math.cosh(x)"),
-    _u("tanh", "math.tanh(x)"),
+    _u("tanh", "math.tanh(x)", tape="hot"),
     _u("asinh", "math.asinh(x)"),
     _u("acosh", "math.acosh(x) if x >= 1 else math.nan"),
     _u("atanh", "math.atanh(x) if -1 < x < 1 else "
@@ -66,23 +75,24 @@ UNARY: dict[str, ScalarOp] = {op.name: op for op in [
     _u("ceil", "np.ceil(x)"),
     _u("round", "np.rint(x)"),
     _u("trunc", "np.trunc(x)"),
-    _u("lgamma", "math.lgamma(x) if not (x <= 0 and x == np.floor(x)) else math.inf"),
-    _u("digamma", "digamma(x)"),
-    _u("polygamma", "polygamma(int(p0), x)", ("n",)),
+    _u("lgamma", "math.lgamma(x) if not (x <= 0 and x == np.floor(x)) else math.inf",
+       tape="cold"),
+    _u("digamma", "digamma(x)", tape="cold"),
+    _u("polygamma", "polygamma(int(p0), x)", ("n",), tape="cold"),
     _u("clamp", "x if x != x else min(max(x, p0), p1)", ("min", "max"), kind="same"),
     _u("logical_not", "not x", kind="bool"),
     # activations of nbgrad.nn.functional (public functions in nbgrad/ops/nn.py)
     _u("leaky_relu", "x if x > 0 else x * p0", ("negative_slope",)),
     _u("elu", "x if x > 0 else p0 * math.expm1(x)", ("alpha",)),
-    _u("gelu", "gelu(x, p0)", ("approximate",)),
+    _u("gelu", "gelu(x, p0)", ("approximate",), tape="cold"),
     _u("silu", "x * sigmoid(x)"),
 ]}
 
 BINARY: dict[str, ScalarOp] = {op.name: op for op in [
-    _u("add", "a + b", kind="same"),
-    _u("sub", "a - b", kind="same"),
-    _u("mul", "a * b", kind="same"),
-    _u("div", "a / b"),
+    _u("add", "a + b", kind="same", tape="hot", commutative=True),
+    _u("sub", "a - b", kind="same", tape="hot"),
+    _u("mul", "a * b", kind="same", tape="hot", commutative=True),
+    _u("div", "a / b", tape="hot"),
     _u("pow", "a ** b"),
     _u("maximum", "a if (a > b or a != a) else b", kind="same"),
     _u("minimum", "a if (a < b or a != a) else b", kind="same"),
@@ -109,10 +119,15 @@ TERNARY: dict[str, ScalarOp] = {op.name: op for op in [
     _u("lerp", "a + c * (b - a)"),
 ]}
 
+#: conversions that are no table op (the :class:`~nbgrad.ops.traits.Cast` kind's
+#: ``to_dtype`` runs them): their scalar expressions, for executors that fuse them
+CASTS: dict[str, ScalarOp] = {op.name: op for op in [
+    _u("to_bool", "x != 0", kind="bool"),
+]}
+
 
 
 def _scalar_import() -> str:
-    from . import scalar
     names = sorted(n for n, v in vars(scalar).items() if not n.startswith("_") and callable(v)
                    and getattr(v, "__module__", None) == scalar.__name__)
     # the digest makes a generated module's text (so its file and Numba cache) change with

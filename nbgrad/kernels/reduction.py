@@ -7,10 +7,13 @@ together first (one copy). Sums accumulate in float64.
 
 from __future__ import annotations
 
-import numpy as np
-from numba import njit
+import math
 
-from .layout import c_contiguous
+import numpy as np
+from numba import njit, types
+from numba.extending import overload
+
+from .layout import accumulator, as_dtype, as_sum_dtype, c_contiguous
 
 OPTS = dict(cache=True, nogil=True)
 
@@ -253,26 +256,32 @@ def normalize_dims(dim, ndim: int, op: str) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def arb_view(x: np.ndarray, dims: tuple[int, ...]):
-    """Return (flat contiguous data, A, R, B, reduced shape without the dims)."""
-    nd = x.ndim
+def arb_plan(shape: tuple[int, ...], dims: tuple[int, ...], keepdim: bool = False):
+    """How to reduce ``dims`` of a C-contiguous array of ``shape``: ``(perm, A, R, B,
+    out_shape)``, ``perm`` the transposition that makes the dims adjacent (None: none
+    needed), ``out_shape`` the result's shape (reduced dims kept as 1 when ``keepdim``)."""
+    nd = len(shape)
     if nd == 0:
-        return c_contiguous(x).reshape(-1), 1, 1, 1, ()
+        return None, 1, 1, 1, ()
     dims = tuple(d for d in dims if d < nd)
     kept = tuple(d for d in range(nd) if d not in dims)
+    kept_shape = tuple(shape[d] for d in kept)
+    out_shape = keep_shape(shape, dims, keepdim, kept_shape)
+    perm = None
     if dims and dims != tuple(range(dims[0], dims[-1] + 1)):
-        x = np.transpose(x, kept + dims)
-        kept_shape = x.shape[:len(kept)]
+        perm = kept + dims
+        shape = tuple(shape[d] for d in perm)
         dims = tuple(range(len(kept), nd))
-    else:
-        kept_shape = tuple(x.shape[d] for d in kept)
-    xs = c_contiguous(x)
-    shape = xs.shape
     if not dims:
-        return xs.reshape(-1), int(np.prod(shape)), 1, 1, kept_shape
-    A = int(np.prod(shape[:dims[0]]))
-    R = int(np.prod(shape[dims[0]:dims[-1] + 1]))
-    B = int(np.prod(shape[dims[-1] + 1:]))
+        return perm, math.prod(shape), 1, 1, out_shape
+    return (perm, math.prod(shape[:dims[0]]), math.prod(shape[dims[0]:dims[-1] + 1]),
+            math.prod(shape[dims[-1] + 1:]), out_shape)
+
+
+def arb_view(x: np.ndarray, dims: tuple[int, ...]):
+    """Return (flat contiguous data, A, R, B, reduced shape without the dims)."""
+    perm, A, R, B, kept_shape = arb_plan(x.shape, dims)
+    xs = c_contiguous(x if perm is None else np.transpose(x, perm))
     return xs.reshape(-1), A, R, B, kept_shape
 
 
@@ -281,3 +290,180 @@ def keep_shape(shape: tuple[int, ...], dims: tuple[int, ...], keepdim: bool,
     if not keepdim:
         return kept_shape
     return tuple(1 if d in dims else s for d, s in enumerate(shape))
+
+
+# ------------------------------------------------------------------ natives
+# ``@njit`` entry points that generated code calls directly (``Opaque.native``) and the
+# ops' CPU kernels call too: a C-contiguous input and the constants of its plan.
+def arb_flat(x, perm):
+    """``x`` flat, transposed by ``perm`` first unless it is None."""
+
+
+@overload(arb_flat)
+def _arb_flat(x, perm):
+    if isinstance(perm, types.NoneType):
+        return lambda x, perm: x.reshape(-1)
+    return lambda x, perm: np.ascontiguousarray(x.transpose(perm)).reshape(-1)
+
+
+@njit(**OPTS)
+def extreme_values_native(x, perm, A, R, B, out_shape, is_max):
+    """amax (is_max) or amin of ``x`` over the plan's dims (:func:`arb_plan`)."""
+    out = np.empty(A * B, x.dtype)
+    extreme_values_arb(arb_flat(x, perm), A, R, B, is_max, out)
+    return out.reshape(out_shape)
+
+
+@njit(**OPTS)
+def extreme_dim_native(x, perm, A, R, B, out_shape, is_max):
+    """``(values, first indices)`` of the max (is_max) or min over the plan's dims."""
+    values = np.empty(A * B, x.dtype)
+    idx = np.empty(A * B, np.int64)
+    extreme_arb(arb_flat(x, perm), A, R, B, values, idx, is_max)
+    return values.reshape(out_shape), idx.reshape(out_shape)
+
+
+@njit(**OPTS)
+def arg_extreme_native(x, perm, A, R, B, out_shape, is_max):
+    """The first index of the max (is_max) or min over the plan's dims."""
+    return extreme_dim_native(x, perm, A, R, B, out_shape, is_max)[1]
+
+
+@njit(**OPTS)
+def variance_native(x, perm, A, R, B, out_shape, correction, root):
+    """The variance (its square root when ``root``); NaN for an empty input."""
+    out = np.empty(A * B, x.dtype)
+    if x.size == 0:
+        out[:] = np.nan
+    else:
+        var_arb(arb_flat(x, perm), A, R, B, correction, out)
+    if root:
+        out = np.sqrt(out)
+    return out.reshape(out_shape)
+
+
+@njit(**OPTS)
+def logsumexp_native(x, perm, A, R, B, out_shape):
+    """``log(sum(exp(x)))`` over the plan's dims; -inf for an empty input."""
+    out = np.empty(A * B, x.dtype)
+    if x.size == 0:
+        out[:] = -np.inf
+    else:
+        logsumexp_arb(arb_flat(x, perm), A, R, B, out)
+    return out.reshape(out_shape)
+
+
+@njit(**OPTS)
+def prod_native(x, perm, A, R, B, out_shape, dtype):
+    """The product over the plan's dims, in ``dtype`` (None: the sum dtype of ``x``)."""
+    y = as_sum_dtype(x, dtype)
+    out = np.empty(A * B, y.dtype)
+    prod_arb(arb_flat(y, perm), A, R, B, out)
+    return out.reshape(out_shape)
+
+
+@njit(**OPTS)
+def norm_native(x, perm, A, R, B, out_shape, p, dtype):
+    """The vector p-norm over the plan's dims, of ``x`` cast to ``dtype`` (if not None)."""
+    y = as_dtype(x, dtype)
+    out = np.empty(A * B, y.dtype)
+    norm_arb(arb_flat(y, perm), A, R, B, p, out)
+    return out.reshape(out_shape)
+
+
+@njit(**OPTS)
+def cumulative_native(x, A, R, B, dtype, product):
+    """Running sums (products when ``product``) over the middle axis of an (A, R, B)
+    view, in ``dtype`` (None: the sum dtype of ``x``)."""
+    y = as_sum_dtype(x, dtype)
+    out = np.empty(y.size, y.dtype)
+    acc = accumulator(out, B)
+    if product:
+        cumprod_arb(y.reshape(-1), A, R, B, acc, out)
+    else:
+        cumsum_arb(y.reshape(-1), A, R, B, acc, out)
+    return out.reshape(x.shape)
+
+
+@njit(**OPTS)
+def scan_native(b, a, shape, A, R, B, reverse):
+    """:func:`scan_arb` of ``b`` and ``a`` broadcast to ``shape``."""
+    fb = np.ascontiguousarray(np.broadcast_to(b, shape)).reshape(-1)
+    fa = np.ascontiguousarray(np.broadcast_to(a.astype(b.dtype), shape)).reshape(-1)
+    out = np.empty(fb.size, b.dtype)
+    scan_arb(fb, fa, A, R, B, reverse, np.empty(B, b.dtype), out)
+    return out.reshape(shape)
+
+
+@njit(**OPTS)
+def shift_native(x, A, R, B, offset, fill):
+    """``out[a, r, b] = x[a, r - offset, b]`` of an (A, R, B) view, ``fill`` outside."""
+    flat = x.reshape(-1)
+    out = np.empty(flat.size, x.dtype)
+    for a in range(A):
+        for r in range(R):
+            src = r - offset
+            off = (a * R + r) * B
+            if 0 <= src < R:
+                so = (a * R + src) * B
+                for b in range(B):
+                    out[off + b] = flat[so + b]
+            else:
+                for b in range(B):
+                    out[off + b] = fill
+    return out.reshape(x.shape)
+
+
+def _line_order(line, descending):
+    """Stable argsort of a 1-D array (descending: reversed order, ties kept in place);
+    NaN counts as the largest value (as torch)."""
+
+
+@overload(_line_order)
+def _line_order_impl(line, descending):
+    if isinstance(line.dtype, types.Float):
+        def floats(line, descending):
+            if not descending:
+                return np.argsort(line, kind="mergesort")
+            order = np.empty(line.size, np.int64)
+            rest = np.empty(line.size, np.int64)
+            keys = np.empty(line.size, line.dtype)
+            j = c = 0
+            for i in range(line.size):
+                if line[i] != line[i]:
+                    order[j] = i
+                    j += 1
+                else:
+                    rest[c] = i
+                    keys[c] = -line[i]
+                    c += 1
+            by = np.argsort(keys[:c], kind="mergesort")
+            for t in range(c):
+                order[j + t] = rest[by[t]]
+            return order
+        return floats
+    if isinstance(line.dtype, types.Boolean):
+        return lambda line, descending: _line_order(line.astype(np.int8), descending)
+
+    def integers(line, descending):  # ~x = -x - 1: decreasing, no overflow
+        return np.argsort(~line if descending else line, kind="mergesort")
+    return integers
+
+
+@njit(**OPTS)
+def sorted_native(x, A, R, B, k, descending, out_shape):
+    """``(values, indices)`` of the first ``k`` of each line of the middle axis of an
+    (A, R, B) view in sorted order (see :func:`_line_order`)."""
+    xf = x.reshape(-1)
+    values = np.empty(A * k * B, x.dtype)
+    idx = np.empty(A * k * B, np.int64)
+    line = np.empty(R, x.dtype)
+    for a in range(A):
+        for b in range(B):
+            for r in range(R):
+                line[r] = xf[(a * R + r) * B + b]
+            order = _line_order(line, descending)
+            for t in range(k):
+                values[(a * k + t) * B + b] = line[order[t]]
+                idx[(a * k + t) * B + b] = order[t]
+    return values.reshape(out_shape), idx.reshape(out_shape)

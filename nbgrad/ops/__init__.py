@@ -9,9 +9,12 @@ a kernel and a function in some module here, and an entry in the table.
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
+import sys
 
-from ..tensor import Tensor
+from ..factories import zeros as _zeros
+from ..tensor import Tensor, install_ops
 from .registry import bind_table
 
 _INTERNAL = {"registry", "dispatch"}
@@ -34,7 +37,6 @@ _NOT_METHODS = {"where", "cat", "stack", "concatenate", "broadcast_tensors", "ei
 
 def _install_methods() -> None:
     """Make ``t.op(...)`` call ``op(t, ...)`` for every op taking the tensor first."""
-    import inspect
     for name in __all__:
         fn = globals()[name]
         if name in _NOT_METHODS or hasattr(Tensor, name) or not callable(fn):
@@ -45,11 +47,11 @@ def _install_methods() -> None:
 
 
 _install_methods()
+install_ops(sys.modules[__name__])  # Tensor's operators call the ops through this package
 
 
 def zeros(*size, dtype=None, device="cpu"):
     """Zeros (used when a missing output gradient must be materialised)."""
-    from ..factories import zeros as _zeros
     return _zeros(*size, dtype=dtype, device=device)
 
 

@@ -23,6 +23,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..tensor import Tensor
+
 _NUMBER = (bool, int, float, np.number, np.bool_)
 _INTEGER = (int, np.integer)
 
@@ -88,8 +90,6 @@ def _wanted(param, value) -> str | None:
 
 
 def _tensor_like(value) -> bool:
-    from ..tensor import Tensor
-
     if isinstance(value, (Tensor, *_NUMBER)):
         return True
     if isinstance(value, np.ndarray):
@@ -103,8 +103,6 @@ def _tensor_like(value) -> bool:
 
 
 def _int_like(value) -> bool:
-    from ..tensor import Tensor
-
     if isinstance(value, Tensor):
         return value.ndim == 0 and value.dtype.kind in "iu"
     return isinstance(value, _INTEGER)
@@ -117,8 +115,6 @@ def _ints_like(value) -> bool:
 
 
 def _number_like(value) -> bool:
-    from ..tensor import Tensor
-
     if isinstance(value, Tensor):
         return value.ndim == 0
     return isinstance(value, _NUMBER)

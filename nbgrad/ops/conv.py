@@ -9,14 +9,18 @@ on the 2-D kernels with a unit height. Kernels: :mod:`nbgrad.kernels.conv`.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..kernels import conv as ck
-from ..kernels.blas import c_writable
+from ..kernels.layout import call_native
 from ..tensor import Tensor
+from .convert import to_dtype
 from .dispatch import apply, promote_operands
 from .registry import formula_helper, get, kernel, op_function
-from .shape import pad
+from .shape import pad, squeeze, unsqueeze
+from .traits import Opaque
 
 # ``pad`` lives in nbgrad.ops.shape; it is listed here too so that nbgrad.nn.functional
 # (which star-imports this module) has torch's ``F.pad``
@@ -55,8 +59,6 @@ def pool_out_size(n: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> in
 def _floats(op: str, *tensors):
     ts = promote_operands(*[t for t in tensors if t is not None])
     if ts[0].dtype.kind != "f":
-        from .convert import to_dtype
-
         ts = [to_dtype(t, "float64") for t in ts]
     it = iter(ts)
     return [None if t is None else next(it) for t in tensors]
@@ -69,18 +71,23 @@ def _conv_geometry(x_shape, w_shape, stride, padding, dilation) -> tuple[int, in
             conv_out_size(x_shape[3], kw, stride[1], padding[1], dilation[1]))
 
 
-@kernel("conv2d")
+def _geometry(attrs: dict) -> tuple[int, ...]:
+    """sh, sw, ph, pw, dh, dw, groups: the conv natives' geometry."""
+    return (*attrs["stride"], *attrs["padding"], *attrs["dilation"], int(attrs["groups"]))
+
+
+_CONV2D = Opaque(native=ck.conv2d_native, static=lambda attrs, shapes: (
+    *_geometry(attrs), *_conv_geometry(shapes[0], shapes[1], attrs["stride"],
+                                       attrs["padding"], attrs["dilation"])))
+
+
+def _conv_attrs(stride, padding, dilation, groups) -> dict:
+    return {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+
+
+@kernel("conv2d", kind=_CONV2D)
 def _conv2d_kernel(x, w, b, stride, padding, dilation, groups):
-    Ho, Wo = _conv_geometry(x.shape, w.shape, stride, padding, dilation)
-    out = np.empty((x.shape[0], w.shape[0], Ho, Wo), x.dtype)
-    if out.size and w.shape[1]:
-        ck.conv2d_forward(c_writable(x), c_writable(w), *stride, *padding, *dilation,
-                          groups, out)
-    else:
-        out[...] = 0
-    if b is not None:
-        out += b.reshape(1, -1, 1, 1)
-    return out
+    return call_native(_CONV2D, (x, w, b), _conv_attrs(stride, padding, dilation, groups))
 
 
 def _check_conv(op: str, x: Tensor, w: Tensor, b: Tensor | None, stride, padding, dilation,
@@ -124,8 +131,6 @@ def _conv_prepare(op: str, input, weight, bias, stride, padding, dilation, group
     x, w, b = _floats(op, input, weight, bias)
     unbatched = x.ndim == nd + 1
     if unbatched:
-        from .shape import unsqueeze
-
         x = unsqueeze(x, 0)
     stride = _pair(stride, op, "stride", nd)
     dilation = _pair(dilation, op, "dilation", nd)
@@ -157,19 +162,19 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
                                                     padding, dilation, groups, 2)
     out = apply(get("conv2d"), (x, w, b, s, p, d, g))
     if unbatched:
-        from .shape import squeeze
-
         out = squeeze(out, 0)
     return out
 
 
-@kernel("conv2d_input_backward")
+_CONV2D_INPUT_BACKWARD = Opaque(native=ck.conv2d_input_backward_native,
+                                static=lambda attrs, shapes: (tuple(attrs["input_size"]),
+                                                              *_geometry(attrs)))
+
+
+@kernel("conv2d_input_backward", kind=_CONV2D_INPUT_BACKWARD)
 def _conv2d_input_backward_kernel(gy, w, input_size, stride, padding, dilation, groups):
-    gx = np.zeros(tuple(input_size), gy.dtype)
-    if gy.size:
-        ck.conv2d_input_grad(c_writable(gy), c_writable(w), *stride, *padding, *dilation,
-                             groups, gx)
-    return gx
+    return call_native(_CONV2D_INPUT_BACKWARD, (gy, w), {
+        "input_size": input_size, **_conv_attrs(stride, padding, dilation, groups)})
 
 
 @op_function("conv2d_input_backward")
@@ -183,13 +188,15 @@ def conv2d_input_backward(self: Tensor, weight: Tensor, input_size, stride, padd
                   _pair(padding, "", ""), _pair(dilation, "", ""), int(groups)))
 
 
-@kernel("conv2d_weight_backward")
+_CONV2D_WEIGHT_BACKWARD = Opaque(native=ck.conv2d_weight_backward_native,
+                                 static=lambda attrs, shapes: (tuple(attrs["weight_size"]),
+                                                               *_geometry(attrs)))
+
+
+@kernel("conv2d_weight_backward", kind=_CONV2D_WEIGHT_BACKWARD)
 def _conv2d_weight_backward_kernel(gy, x, weight_size, stride, padding, dilation, groups):
-    gw = np.zeros(tuple(weight_size), gy.dtype)
-    if gy.size:
-        ck.conv2d_weight_grad(c_writable(gy), c_writable(x), *stride, *padding, *dilation,
-                              groups, gw)
-    return gw
+    return call_native(_CONV2D_WEIGHT_BACKWARD, (gy, x), {
+        "weight_size": weight_size, **_conv_attrs(stride, padding, dilation, groups)})
 
 
 @op_function("conv2d_weight_backward")
@@ -216,11 +223,18 @@ def conv_pair(values, lead: int) -> tuple[int, int]:
     return (lead, int(values[0]))
 
 
-@kernel("conv1d")
+def _conv1d_static(attrs: dict, shapes: tuple) -> tuple:
+    s, p, d = attrs["stride"][0], attrs["padding"][0], attrs["dilation"][0]
+    return (s, p, d, int(attrs["groups"]),
+            conv_out_size(shapes[0][2], shapes[1][2], s, p, d))
+
+
+_CONV1D = Opaque(native=ck.conv1d_native, static=_conv1d_static)
+
+
+@kernel("conv1d", kind=_CONV1D)
 def _conv1d_kernel(x, w, b, stride, padding, dilation, groups):
-    out = _conv2d_kernel(x[:, :, None, :], w[:, :, None, :], b, (1, stride[0]),
-                         (0, padding[0]), (1, dilation[0]), groups)
-    return out[:, :, 0, :]
+    return call_native(_CONV1D, (x, w, b), _conv_attrs(stride, padding, dilation, groups))
 
 
 @op_function("conv1d")
@@ -231,8 +245,6 @@ def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
                                                     padding, dilation, groups, 1)
     out = apply(get("conv1d"), (x, w, b, s, p, d, g))
     if unbatched:
-        from .shape import squeeze
-
         out = squeeze(out, 0)
     return out
 
@@ -264,25 +276,28 @@ def _pool_shape(op, shape, k, s, p, d, ceil_mode) -> tuple[int, int]:
     return Ho, Wo
 
 
-def _planes(x: np.ndarray) -> np.ndarray:
-    count = int(np.prod(x.shape[:-2], dtype=np.int64))  # not -1: ambiguous for empty planes
-    return c_writable(x).reshape((count,) + x.shape[-2:])
+def _planes(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """(count, H, W) of the planes of an array of ``shape``."""
+    return (math.prod(shape[:-2]), *shape[-2:])
 
 
-@kernel("max_pool2d")
+def _max_pool_static(attrs: dict, shapes: tuple) -> tuple:
+    shape = tuple(shapes[0])
+    k, s, p, d = (tuple(attrs[n]) for n in ("kernel_size", "stride", "padding", "dilation"))
+    Ho, Wo = _pool_shape("max_pool2d", shape, k, s, p, d, attrs["ceil_mode"])
+    fast = (k == (2, 2) and s == (2, 2) and p == (0, 0) and d == (1, 1)
+            and 2 * Ho <= shape[-2] and 2 * Wo <= shape[-1])
+    return (*k, *s, *p, *d, _planes(shape), shape[:-2] + (Ho, Wo), fast)
+
+
+_MAX_POOL2D = Opaque(native=ck.max_pool2d_native, static=_max_pool_static)
+
+
+@kernel("max_pool2d", kind=_MAX_POOL2D)
 def _max_pool2d_kernel(x, kernel_size, stride, padding, dilation, ceil_mode):
-    Ho, Wo = _pool_shape("max_pool2d", x.shape, kernel_size, stride, padding, dilation,
-                         ceil_mode)
-    planes = _planes(x)
-    out = np.empty((planes.shape[0], Ho, Wo), x.dtype)
-    idx = np.empty((planes.shape[0], Ho, Wo), np.int64)
-    if (tuple(kernel_size) == (2, 2) and tuple(stride) == (2, 2) and tuple(padding) == (0, 0)
-            and tuple(dilation) == (1, 1) and 2 * Ho <= x.shape[-2] and 2 * Wo <= x.shape[-1]):
-        ck.max_pool2d_2x2(planes, out, idx)
-    else:
-        ck.max_pool2d_forward(planes, *kernel_size, *stride, *padding, *dilation, out, idx)
-    shape = x.shape[:-2] + (Ho, Wo)
-    return out.reshape(shape), idx.reshape(shape)
+    return call_native(_MAX_POOL2D, (x,), {
+        "kernel_size": kernel_size, "stride": stride, "padding": padding,
+        "dilation": dilation, "ceil_mode": ceil_mode})
 
 
 @formula_helper
@@ -302,16 +317,33 @@ def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
     return (out, idx) if return_indices else out
 
 
-@kernel("avg_pool2d")
+def _avg_geometry(attrs: dict) -> tuple:
+    return (*attrs["kernel_size"], *attrs["stride"], *attrs["padding"],
+            bool(attrs["count_include_pad"]), int(attrs["divisor_override"] or 0))
+
+
+def _avg_pool_static(attrs: dict, shapes: tuple) -> tuple:
+    shape = tuple(shapes[0])
+    Ho, Wo = _pool_shape("avg_pool2d", shape, attrs["kernel_size"], attrs["stride"],
+                         attrs["padding"], (1, 1), attrs["ceil_mode"])
+    return (*_avg_geometry(attrs), _planes(shape), shape[:-2] + (Ho, Wo))
+
+
+_AVG_POOL2D = Opaque(native=ck.avg_pool2d_native, static=_avg_pool_static)
+
+
+def _avg_attrs(kernel_size, stride, padding, ceil_mode, count_include_pad,
+               divisor_override) -> dict:
+    return {"kernel_size": kernel_size, "stride": stride, "padding": padding,
+            "ceil_mode": ceil_mode, "count_include_pad": count_include_pad,
+            "divisor_override": divisor_override}
+
+
+@kernel("avg_pool2d", kind=_AVG_POOL2D)
 def _avg_pool2d_kernel(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                        divisor_override):
-    Ho, Wo = _pool_shape("avg_pool2d", x.shape, kernel_size, stride, padding, (1, 1),
-                         ceil_mode)
-    planes = _planes(x)
-    out = np.empty((planes.shape[0], Ho, Wo), x.dtype)
-    ck.avg_pool2d_forward(planes, *kernel_size, *stride, *padding, bool(count_include_pad),
-                          int(divisor_override or 0), out)
-    return out.reshape(x.shape[:-2] + (Ho, Wo))
+    return call_native(_AVG_POOL2D, (x,), _avg_attrs(
+        kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override))
 
 
 def _check_divisor(op: str, divisor_override) -> int | None:
@@ -336,14 +368,18 @@ def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bo
                                      _check_divisor("avg_pool2d", divisor_override)))
 
 
-@kernel("avg_pool2d_backward")
+_AVG_POOL2D_BACKWARD = Opaque(native=ck.avg_pool2d_backward_native,
+                              static=lambda attrs, shapes: (
+                                  tuple(attrs["input_size"]), *_avg_geometry(attrs),
+                                  _planes(tuple(shapes[0])),
+                                  _planes(tuple(attrs["input_size"]))))
+
+
+@kernel("avg_pool2d_backward", kind=_AVG_POOL2D_BACKWARD)
 def _avg_pool2d_backward_kernel(gy, input_size, kernel_size, stride, padding, ceil_mode,
                                 count_include_pad, divisor_override):
-    gx = np.zeros(tuple(input_size), gy.dtype)
-    ck.avg_pool2d_backward(_planes(gy), *kernel_size, *stride, *padding,
-                           bool(count_include_pad), int(divisor_override or 0),
-                           _planes(gx))
-    return gx
+    return call_native(_AVG_POOL2D_BACKWARD, (gy,), {"input_size": input_size, **_avg_attrs(
+        kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)})
 
 
 @op_function("avg_pool2d_backward")

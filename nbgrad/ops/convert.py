@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
+from .. import backends, dtypes
 from ..device import Device
 from ..tensor import Tensor
 from .dispatch import apply
 from .registry import get, kernel, op_function
+from .traits import Cast, Opaque
 
 __all__ = ["to", "to_device", "to_dtype"]
 
@@ -17,7 +18,7 @@ _TO_DTYPE = get("to_dtype")
 _TO_DEVICE = get("to_device")
 
 
-@kernel("to_dtype")
+@kernel("to_dtype", kind=Cast())
 def _to_dtype_kernel(x, dtype):
     return x.astype(dtype)
 
@@ -31,14 +32,14 @@ def to_dtype(self: Tensor, dtype) -> Tensor:
     return apply(_TO_DTYPE, (self, dt))
 
 
-@kernel("to_device")
+@kernel("to_device", kind=Opaque(why_not_native=(
+    "it copies between devices (host and CUDA memory), which @njit code cannot do")))
 def _to_device_kernel(x, device):
-    from ..backends import to_device, to_host
-
     if isinstance(x, np.ndarray):
-        return to_device(x, Device.of(device)) if Device.of(device).type != "cpu" else x.copy()
-    host = to_host(x)
-    return host if Device.of(device).type == "cpu" else to_device(host, Device.of(device))
+        return backends.to_device(x, Device.of(device)) if Device.of(device).type != "cpu" \
+            else x.copy()
+    host = backends.to_host(x)
+    return host if Device.of(device).type == "cpu" else backends.to_device(host, Device.of(device))
 
 
 @op_function("to_device")

@@ -9,23 +9,24 @@ Every op takes a stack of matrices ``(..., n, n)``; the kernels loop over the st
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
 
+from ..errors import LinAlgError  # noqa: F401 - nbgrad.linalg re-exports it from here
 from ..kernels import blas
-from ..kernels.layout import c_contiguous
+from ..kernels.layout import call_native
 from ..tensor import Tensor
+from .convert import to_dtype
 from .dispatch import apply, as_tensor, promote_operands
 from .registry import formula_helper, get, kernel, op_function
+from .shape import transpose
+from .traits import Opaque
 
 # nothing at the top level: nbgrad.linalg is the public address; nbgrad.det, .inverse and
 # .slogdet (also Tensor methods) are thin wrappers in nbgrad.ops.linalg
 __all__: list[str] = []
-
-
-class LinAlgError(RuntimeError):
-    """A matrix is singular or not positive definite (``torch.linalg.LinAlgError``)."""
 
 
 class SlogdetResult(NamedTuple):
@@ -38,8 +39,6 @@ class SlogdetResult(NamedTuple):
 def _float(op: str, A) -> Tensor:
     A = as_tensor(A)
     if A.dtype.kind != "f":
-        from .convert import to_dtype
-
         A = to_dtype(A, "float64")
     return A
 
@@ -50,34 +49,33 @@ def _square(op: str, A: Tensor) -> None:
                            f"got shape {A.shape}")
 
 
-def _stack(x: np.ndarray) -> np.ndarray:
-    """A C-contiguous, writeable (batch, rows, cols) copy or view of ``x``."""
-    count = int(np.prod(x.shape[:-2], dtype=np.int64))  # not -1: ambiguous for empty matrices
-    return blas.c_writable(x).reshape((count,) + x.shape[-2:])
+def _stack_shape(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """(batch, rows, cols) of a stack of matrices of ``shape``."""
+    return (math.prod(shape[:-2]), *shape[-2:])
 
 
-def _broadcast_stacks(op: str, A: np.ndarray, B: np.ndarray
-                      ) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
-    batch = np.broadcast_shapes(A.shape[:-2], B.shape[:-2])
-    a = _stack(np.broadcast_to(A, batch + A.shape[-2:]))
-    b = _stack(np.broadcast_to(B, batch + B.shape[-2:]))
-    return a, b, batch
+def _where(op: str, shape: tuple) -> tuple[str, str]:
+    """The halves of a LinAlgError's message around NumPy's words."""
+    return f"{op}: ", f" (input of shape {tuple(shape)})"
 
 
-def _lapack(op: str, shape, fn, *args) -> None:
-    try:
-        fn(*args)
-    except np.linalg.LinAlgError as exc:
-        raise LinAlgError(f"{op}: {exc} (input of shape {tuple(shape)})") from None
+def _lapack_kind(op: str, native) -> Opaque:
+    return Opaque(native=native, static=lambda attrs, shapes: (
+        _stack_shape(shapes[0]), *_where(op, shapes[0])))
+
+
+def _batch_kind(native) -> Opaque:
+    return Opaque(native=native, static=lambda attrs, shapes: (
+        _stack_shape(shapes[0]), tuple(shapes[0][:-2])))
 
 
 # ------------------------------------------------------------------ inv
-@kernel("linalg.inv")
+_INV = _lapack_kind("linalg.inv", blas.inv_native)
+
+
+@kernel("linalg.inv", kind=_INV)
 def _inv_kernel(A):
-    a = _stack(A)
-    out = np.empty_like(a)
-    _lapack("linalg.inv", A.shape, blas.inv_batched, a, out)
-    return out.reshape(A.shape)
+    return call_native(_INV, (A,), {})
 
 
 @op_function("linalg.inv")
@@ -89,12 +87,12 @@ def inv(A: Tensor) -> Tensor:
 
 
 # ------------------------------------------------------------------ det, slogdet
-@kernel("linalg.det")
+_DET, _SLOGDET = _batch_kind(blas.det_native), _batch_kind(blas.slogdet_native)
+
+
+@kernel("linalg.det", kind=_DET)
 def _det_kernel(A):
-    a = _stack(A)
-    out = np.empty(a.shape[0], a.dtype)
-    blas.det_batched(a, out)
-    return out.reshape(A.shape[:-2])
+    return call_native(_DET, (A,), {})
 
 
 @op_function("linalg.det")
@@ -105,13 +103,9 @@ def det(A: Tensor) -> Tensor:
     return apply(get("linalg.det"), (A,))
 
 
-@kernel("linalg.slogdet")
+@kernel("linalg.slogdet", kind=_SLOGDET)
 def _slogdet_kernel(A):
-    a = _stack(A)
-    sign = np.empty(a.shape[0], a.dtype)
-    logabs = np.empty(a.shape[0], a.dtype)
-    blas.slogdet_batched(a, sign, logabs)
-    return sign.reshape(A.shape[:-2]), logabs.reshape(A.shape[:-2])
+    return call_native(_SLOGDET, (A,), {})
 
 
 @op_function("linalg.slogdet")
@@ -132,15 +126,28 @@ def solve_is_vector(A, B) -> bool:
                                  and tuple(B.shape) == tuple(A.shape[:-1]))
 
 
-@kernel("linalg.solve")
+def _broadcast_plan(a_shape: tuple, b_shape: tuple) -> tuple:
+    """The batch-broadcast shapes and stacks of two stacks of matrices."""
+    batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    a_full, b_full = batch + tuple(a_shape[-2:]), batch + tuple(b_shape[-2:])
+    return batch, a_full, b_full, _stack_shape(a_full), _stack_shape(b_full)
+
+
+def _solve_static(attrs: dict, shapes: tuple) -> tuple:
+    A, B = tuple(shapes[0]), tuple(shapes[1])
+    vector = len(B) == 1 or (len(B) == len(A) - 1 and B == A[:-1])  # solve_is_vector
+    b_matrix = B + (1,) if vector else B
+    batch, *plan = _broadcast_plan(A, b_matrix)
+    out_shape = batch + (b_matrix[-2],) if vector else batch + b_matrix[-2:]
+    return (b_matrix, *plan, out_shape, *_where("linalg.solve", A))
+
+
+_SOLVE = Opaque(native=blas.solve_native, static=_solve_static)
+
+
+@kernel("linalg.solve", kind=_SOLVE)
 def _solve_kernel(A, B):
-    vector = solve_is_vector(A, B)
-    Bm = B[..., None] if vector else B
-    a, b, batch = _broadcast_stacks("linalg.solve", A, Bm)
-    out = np.empty_like(b)
-    _lapack("linalg.solve", A.shape, blas.solve_batched, a, b, out)
-    out = out.reshape(batch + Bm.shape[-2:])
-    return c_contiguous(out[..., 0]) if vector else out
+    return call_native(_SOLVE, (A, B), {})
 
 
 @op_function("linalg.solve")
@@ -154,8 +161,6 @@ def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:
     A, B = _float("linalg.solve", A), _float("linalg.solve", B)
     _square("linalg.solve", A)
     if not left:
-        from .shape import transpose
-
         if B.ndim < 2:
             raise RuntimeError(f"linalg.solve: left=False needs a matrix B, got shape "
                                f"{B.shape}")
@@ -174,12 +179,12 @@ def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:
 
 
 # ------------------------------------------------------------------ cholesky
-@kernel("linalg.cholesky")
+_CHOLESKY = _lapack_kind("linalg.cholesky", blas.cholesky_native)
+
+
+@kernel("linalg.cholesky", kind=_CHOLESKY)
 def _cholesky_kernel(A):
-    a = _stack(A)
-    out = np.empty_like(a)
-    _lapack("linalg.cholesky", A.shape, blas.cholesky_batched, a, out)
-    return out.reshape(A.shape)
+    return call_native(_CHOLESKY, (A,), {})
 
 
 @op_function("linalg.cholesky")
@@ -190,23 +195,34 @@ def cholesky(A: Tensor, *, upper: bool = False) -> Tensor:
     _square("linalg.cholesky", A)
     L = apply(get("linalg.cholesky"), (A,))
     if upper:
-        from .shape import transpose
-
         return transpose(L, -2, -1)
     return L
 
 
 # ------------------------------------------------------------------ triangular solve
-@kernel("linalg.solve_triangular")
-def _solve_triangular_kernel(A, B, upper, left, unitriangular):
+def _mT(ndim: int) -> tuple[int, ...]:
+    return (*range(ndim - 2), ndim - 1, ndim - 2)
+
+
+def _solve_triangular_static(attrs: dict, shapes: tuple) -> tuple:
+    A, B = tuple(shapes[0]), tuple(shapes[1])
+    left, upper = attrs["left"], bool(attrs["upper"])
     if not left:  # X A = B  <=>  A^T X^T = B^T
-        xt = _solve_triangular_kernel(np.swapaxes(A, -1, -2), np.swapaxes(B, -1, -2),
-                                      not upper, True, unitriangular)
-        return c_contiguous(np.swapaxes(xt, -1, -2))
-    a, b, batch = _broadcast_stacks("linalg.solve_triangular", A, B)
-    x = b.copy() if b is B or np.may_share_memory(b, B) else b
-    blas.trsm_batched(a, x, bool(upper), bool(unitriangular))
-    return x.reshape(batch + B.shape[-2:])
+        A, B, upper = A[:-2] + A[-2:][::-1], B[:-2] + B[-2:][::-1], not upper
+    batch, *plan = _broadcast_plan(A, B)
+    perms = (None, None, None) if left else (_mT(len(A)), _mT(len(B)), _mT(len(batch) + 2))
+    return (upper, bool(attrs["unitriangular"]), perms[0], perms[1], *plan,
+            batch + B[-2:], perms[2])
+
+
+_SOLVE_TRIANGULAR = Opaque(native=blas.solve_triangular_native,
+                           static=_solve_triangular_static)
+
+
+@kernel("linalg.solve_triangular", kind=_SOLVE_TRIANGULAR)
+def _solve_triangular_kernel(A, B, upper, left, unitriangular):
+    return call_native(_SOLVE_TRIANGULAR, (A, B), {"upper": upper, "left": left,
+                                                   "unitriangular": unitriangular})
 
 
 @op_function("linalg.solve_triangular")

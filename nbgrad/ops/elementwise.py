@@ -14,9 +14,13 @@ import numpy as np
 
 from .. import dtypes
 from ..kernels import elementwise as ew
+from ..kernels import matrix as mk
+from ..kernels.layout import call_native
 from ..tensor import Tensor
+from .convert import to_dtype
 from .dispatch import apply, as_tensor, promote_operands
 from .registry import get, kernel, op_function
+from .traits import Elementwise, Opaque
 
 
 def _out_dtype(kind: str, dtype: np.dtype) -> np.dtype:
@@ -25,7 +29,6 @@ def _out_dtype(kind: str, dtype: np.dtype) -> np.dtype:
 
 def _prepare(kind: str, t: Tensor) -> Tensor:
     if kind == "float" and t._data.dtype.kind != "f":
-        from .convert import to_dtype
         return to_dtype(t, dtypes.float64)
     return t
 
@@ -34,7 +37,7 @@ def _register_unary(spec: ew.ScalarOp):
     name, kind = spec.name, spec.kind
 
     if name not in _OWN_KERNEL:
-        @kernel(name)
+        @kernel(name, kind=Elementwise(spec))
         def unary_kernel(x, *params):
             return ew.run_unary(name, x, _out_dtype(kind, x.dtype), *map(float, params))
 
@@ -62,11 +65,11 @@ def _register_binary(spec: ew.ScalarOp):
 
     run = ew.run_binary
     if kind == "bool":
-        @kernel(name)
+        @kernel(name, kind=Elementwise(spec))
         def binary_kernel(a, b):
             return run(name, a, b, dtypes.bool_)
     else:
-        @kernel(name)
+        @kernel(name, kind=Elementwise(spec))
         def binary_kernel(a, b):
             return run(name, a, b, a.dtype)
 
@@ -144,14 +147,16 @@ def clip(self: Tensor, min: float | Tensor | None = None,  # noqa: A002
     return clamp(self, min, max)
 
 
-@kernel("clamp_tensor")
+def _clamp_static(attrs: dict, shapes: tuple) -> tuple:
+    return (ew.broadcast_shape("clamp", *(s for s in shapes if s is not None)),)
+
+
+_CLAMP_KIND = Opaque(native=mk.clamp_native, static=_clamp_static)
+
+
+@kernel("clamp_tensor", kind=_CLAMP_KIND)
 def _clamp_tensor_kernel(x, min, max):  # noqa: A002
-    out = x
-    if min is not None:
-        out = ew.run_binary("maximum", out, min, x.dtype)
-    if max is not None:
-        out = ew.run_binary("minimum", out, max, x.dtype)
-    return out
+    return call_native(_CLAMP_KIND, (x, min, max), {})
 
 
 @op_function("clamp_tensor")
@@ -170,7 +175,7 @@ def clamp_tensor(self: Tensor, min: Tensor | None = None,  # noqa: A002
     return apply(_CLAMP_TENSOR, (x, lo, hi))
 
 
-@kernel("polygamma")
+@kernel("polygamma", kind=Elementwise(ew.UNARY["polygamma"]))
 def _polygamma_kernel(n, x):
     return ew.run_unary("polygamma", x, x.dtype, float(n))
 
@@ -200,12 +205,12 @@ _WHERE = get("where")
 _LERP = get("lerp")
 
 
-@kernel("where")
+@kernel("where", kind=Elementwise(ew.TERNARY["where"]))
 def _where_kernel(condition, a, b):
     return ew.run_ternary("where", condition.astype(np.bool_, copy=False), a, b, a.dtype)
 
 
-@kernel("lerp")
+@kernel("lerp", kind=Elementwise(ew.TERNARY["lerp"], operands=("a", "b", "c")))
 def _lerp_kernel(a, b, w):
     return ew.run_ternary("lerp", w, a, b, a.dtype)
 

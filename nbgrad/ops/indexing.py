@@ -13,11 +13,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels import scatter as sk
-from ..kernels.blas import c_writable
-from ..kernels.layout import c_contiguous
+from ..kernels.layout import c_contiguous, call_native
 from ..tensor import Tensor
+from .convert import to_dtype
 from .dispatch import apply, as_tensor
 from .registry import get, kernel, op_function
+from .shape import _dim as shape_dim
+from .shape import reshape
+from .traits import IndexScatter, Move, Opaque
 
 __all__ = ["Index", "gather", "gather_backward", "index", "index_backward", "index_put",
            "index_select", "index_select_backward", "masked_fill", "normalize_index",
@@ -90,7 +93,7 @@ def flat_positions(shape: tuple[int, ...], idx: Index) -> np.ndarray:
     return np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)[idx]
 
 
-@kernel("index", view_of=0)
+@kernel("index", view_of=0, kind=Move())
 def _index_kernel(x, indices):
     out = x[indices]
     return out if isinstance(out, np.ndarray) else np.asarray(out)
@@ -103,7 +106,7 @@ def index(self: Tensor, indices) -> Tensor:
     return apply(get("index"), (self, idx))
 
 
-@kernel("index_backward")
+@kernel("index_backward", kind=IndexScatter())
 def _index_backward_kernel(g, sizes, indices):
     out = np.zeros(tuple(sizes), g.dtype)
     positions = flat_positions(out.shape, indices)
@@ -118,7 +121,7 @@ def index_backward(self: Tensor, sizes, indices) -> Tensor:
     return apply(get("index_backward"), (self, tuple(sizes), indices))
 
 
-@kernel("index_put")
+@kernel("index_put", kind=IndexScatter(put=True))
 def _index_put_kernel(x, indices, values, accumulate):
     out = x.copy()
     if accumulate:
@@ -137,8 +140,6 @@ def index_put(self: Tensor, indices, values, accumulate: bool = False) -> Tensor
                                                                      "index_put")
     vals = as_tensor(values, dtype=self.dtype) if not isinstance(values, Tensor) else values
     if vals.dtype != self.dtype:
-        from .convert import to_dtype
-
         vals = to_dtype(vals, self.dtype)
     target = np.empty(self.shape, np.uint8)[idx].shape
     try:
@@ -158,8 +159,6 @@ def index_put(self: Tensor, indices, values, accumulate: bool = False) -> Tensor
 
 # ------------------------------------------------------------------ along one dimension
 def _dim(d, ndim: int, op: str) -> int:
-    from .shape import _dim as shape_dim
-
     return shape_dim(d, ndim, op)
 
 
@@ -178,26 +177,30 @@ def _as3(shape: tuple[int, ...], dim: int) -> tuple[int, int, int]:
             int(np.prod(shape[dim + 1:], dtype=np.int64)))
 
 
-def check_index_range(op: str, index: np.ndarray, low: int, high: int, what: str,
-                      shapes: str) -> None:
-    """IndexError naming ``op``, the first offending value and the size unless every entry
-    of ``index`` lies in ``[low, high)``. Kernels call it too: under ``nbgrad.jit`` they
-    run on index values the public function never saw."""
-    if index.size:
-        lo, hi = index.min(), index.max()
-        if lo < low or hi >= high:
-            bad = lo if lo < low else hi
-            raise IndexError(f"{op}: index {int(bad)} is out of range for {what} {shapes}")
+def _range_message(op: str, what: str, shape: tuple, index_shape: tuple) -> tuple[str, str]:
+    """The halves of the IndexError message around the bad index (the natives check
+    every index: under ``nbgrad.jit`` they run on values the public function never saw)."""
+    return (f"{op}: index ", f" is out of range for {what} (self {tuple(shape)}, index "
+            f"{tuple(index_shape)})")
 
 
-def _along_range(op: str, shape: tuple, dim: int, index: np.ndarray) -> None:
+def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for s in reversed(shape):
+        strides.append(step)
+        step *= s
+    return tuple(reversed(strides))
+
+
+def _along_plan(op: str, shape: tuple, dim: int, index_shape: tuple) -> tuple:
+    """The constants of the gather and scatter natives (:mod:`nbgrad.kernels.scatter`)
+    up to ``accumulate``, and the two halves of the range message."""
+    shape, index_shape = tuple(shape), tuple(index_shape)
     n = shape[dim] if shape else 1
-    check_index_range(op, index, 0, n, f"dim {dim} of size {n}",
-                      f"(self {tuple(shape)}, index {tuple(index.shape)})")
-
-
-def _i64(index: np.ndarray) -> np.ndarray:
-    return c_writable(index.astype(np.int64, copy=False))
+    full = _region(index_shape, shape, dim) is None
+    plan = (dim, n, full, _as3(shape, dim), _as3(index_shape, dim), index_shape or (1,),
+            _c_strides(shape) or (1,))
+    return plan, _range_message(op, f"dim {dim} of size {n}", shape, index_shape)
 
 
 def _region(index_shape, shape, dim: int) -> tuple | None:
@@ -232,16 +235,17 @@ def _check_along(op: str, self: Tensor, dim, index: Tensor, src: Tensor | None =
     return d
 
 
-@kernel("gather")
+def _gather_static(attrs: dict, shapes: tuple) -> tuple:
+    plan, where = _along_plan("gather", shapes[0], attrs["dim"], shapes[1])
+    return (*plan, *where)
+
+
+_GATHER = Opaque(native=sk.gather_native, static=_gather_static)
+
+
+@kernel("gather", kind=_GATHER)
 def _gather_kernel(x, dim, index):
-    _along_range("gather", x.shape, dim, index)
-    region = _region(index.shape, x.shape, dim)
-    src = c_writable(x if region is None else x[region])
-    out = np.empty(index.shape, x.dtype)
-    per = _as3(index.shape, dim)  # explicit sizes: -1 is ambiguous for empty arrays
-    sk.gather_dim(src.reshape(_as3(src.shape, dim)), _i64(index).reshape(per),
-                       out.reshape(per))
-    return out
+    return call_native(_GATHER, (x, index), {"dim": dim})
 
 
 @op_function("gather")
@@ -250,7 +254,6 @@ def gather(self: Tensor, dim: int, index: Tensor, *, axis=None) -> Tensor:
     the output has the index's shape."""
     index = _index_tensor(index, "gather")
     if self.ndim + index.ndim == 1:  # torch reads a 0-d self or index as 1-d here
-        from .shape import reshape
 
         flat = gather(reshape(self, (-1,)), dim if axis is None else axis, reshape(index, (-1,)))
         return reshape(flat, tuple(index.shape))
@@ -258,26 +261,18 @@ def gather(self: Tensor, dim: int, index: Tensor, *, axis=None) -> Tensor:
     return apply(get("gather"), (self, d, index))
 
 
-def _scatter_into(op: str, out: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray,
-                  accumulate: bool) -> None:
-    _along_range(op, out.shape, dim, index)
-    region = _region(index.shape, out.shape, dim)
-    block = out if region is None else c_writable(out[region]).copy()
-    if src.shape != index.shape:
-        src = np.broadcast_to(src, index.shape)
-    src = c_writable(src.astype(out.dtype, copy=False))
-    per = _as3(index.shape, dim)  # explicit sizes: -1 is ambiguous for empty arrays
-    sk.scatter_dim(block.reshape(_as3(block.shape, dim)), _i64(index).reshape(per),
-                        src.reshape(per), accumulate)
-    if region is not None:
-        out[region] = block
+def _gather_backward_static(attrs: dict, shapes: tuple) -> tuple:
+    sizes = tuple(attrs["sizes"])
+    plan, where = _along_plan("gather_backward", sizes, attrs["dim"], shapes[1])
+    return (sizes, *plan, *where)
 
 
-@kernel("gather_backward")
+_GATHER_BACKWARD = Opaque(native=sk.gather_backward_native, static=_gather_backward_static)
+
+
+@kernel("gather_backward", kind=_GATHER_BACKWARD)
 def _gather_backward_kernel(g, sizes, dim, index):
-    out = np.zeros(tuple(sizes), g.dtype)
-    _scatter_into("gather_backward", out, dim, index, g, True)
-    return out
+    return call_native(_GATHER_BACKWARD, (g, index), {"sizes": sizes, "dim": dim})
 
 
 @op_function("gather_backward")
@@ -301,8 +296,6 @@ def _scatter_args(op: str, self: Tensor, dim, index, src) -> tuple:
         _number_or_array(op, "src", src)
         src = as_tensor(np.asarray(src, dtype=self.dtype))
     elif src.dtype != self.dtype:
-        from .convert import to_dtype
-
         src = to_dtype(src, self.dtype)
     d = _check_along(op, self, dim, index, src)
     if src.ndim and src.shape != index.shape:
@@ -310,11 +303,19 @@ def _scatter_args(op: str, self: Tensor, dim, index, src) -> tuple:
     return d, index, src
 
 
-@kernel("scatter")
+def _scatter_kind(op: str, accumulate: bool) -> Opaque:
+    def static(attrs: dict, shapes: tuple) -> tuple:
+        plan, where = _along_plan(op, shapes[0], attrs["dim"], shapes[1])
+        return (*plan, accumulate, *where)
+    return Opaque(native=sk.scatter_native, static=static)
+
+
+_SCATTER, _SCATTER_ADD = _scatter_kind("scatter", False), _scatter_kind("scatter_add", True)
+
+
+@kernel("scatter", kind=_SCATTER)
 def _scatter_kernel(x, dim, index, src):
-    out = np.array(x, order="C", copy=True)
-    _scatter_into("scatter", out, dim, index, src, False)
-    return out
+    return call_native(_SCATTER, (x, index, src), {"dim": dim})
 
 
 @op_function("scatter")
@@ -331,11 +332,9 @@ def scatter(self: Tensor, dim: int, index: Tensor, src=None, *, value=None,
     return apply(get("scatter"), (self, d, index, src))
 
 
-@kernel("scatter_add")
+@kernel("scatter_add", kind=_SCATTER_ADD)
 def _scatter_add_kernel(x, dim, index, src):
-    out = np.array(x, order="C", copy=True)
-    _scatter_into("scatter_add", out, dim, index, src, True)
-    return out
+    return call_native(_SCATTER_ADD, (x, index, src), {"dim": dim})
 
 
 @op_function("scatter_add")
@@ -365,14 +364,23 @@ def _selected_shape(shape, dim: int, m: int) -> tuple[int, ...]:
     return tuple(shape[:dim]) + (m,) + tuple(shape[dim + 1:]) if shape else (m,) * 0
 
 
-@kernel("index_select")
+def _select_plan(op: str, shape: tuple, dim: int, index_shape: tuple) -> tuple:
+    x3, m = _as3(tuple(shape), dim), int(np.prod(index_shape, dtype=np.int64))
+    return x3, _range_message(op, f"dim {dim} of size {x3[1]}", shape, (m,))
+
+
+def _index_select_static(attrs: dict, shapes: tuple) -> tuple:
+    x3, where = _select_plan("index_select", shapes[0], attrs["dim"], shapes[1])
+    m = int(np.prod(shapes[1], dtype=np.int64))
+    return (x3, _selected_shape(tuple(shapes[0]), attrs["dim"], m), *where)
+
+
+_INDEX_SELECT = Opaque(native=sk.index_select_native, static=_index_select_static)
+
+
+@kernel("index_select", kind=_INDEX_SELECT)
 def _index_select_kernel(x, dim, index):
-    idx = _i64(index).reshape(-1)
-    _along_range("index_select", x.shape, dim, idx)
-    a, n, b = _as3(x.shape, dim)
-    out = np.empty((a, idx.size, b), x.dtype)
-    sk.index_select_dim(c_writable(x).reshape(a, n, b), idx, out)
-    return out.reshape(_selected_shape(x.shape, dim, idx.size))
+    return call_native(_INDEX_SELECT, (x, index), {"dim": dim})
 
 
 @op_function("index_select")
@@ -382,14 +390,19 @@ def index_select(self: Tensor, dim: int, index: Tensor, *, axis=None) -> Tensor:
     return apply(get("index_select"), (self, d, index))
 
 
-@kernel("index_select_backward")
+def _index_select_backward_static(attrs: dict, shapes: tuple) -> tuple:
+    sizes = tuple(attrs["sizes"])
+    x3, where = _select_plan("index_select_backward", sizes, attrs["dim"], shapes[1])
+    return (sizes, x3, *where)
+
+
+_INDEX_SELECT_BACKWARD = Opaque(native=sk.index_select_backward_native,
+                                static=_index_select_backward_static)
+
+
+@kernel("index_select_backward", kind=_INDEX_SELECT_BACKWARD)
 def _index_select_backward_kernel(g, sizes, dim, index):
-    out = np.zeros(tuple(sizes), g.dtype)
-    idx = _i64(index).reshape(-1)
-    _along_range("index_select_backward", out.shape, dim, idx)
-    a, n, b = _as3(out.shape, dim)
-    sk.index_add_dim(out.reshape(a, n, b), idx, c_writable(g).reshape(a, idx.size, b))
-    return out
+    return call_native(_INDEX_SELECT_BACKWARD, (g, index), {"sizes": sizes, "dim": dim})
 
 
 @op_function("index_select_backward")
@@ -401,24 +414,18 @@ def index_select_backward(self: Tensor, sizes, dim: int, index: Tensor) -> Tenso
                  (self, sizes, int(dim) % max(len(sizes), 1), index))
 
 
-def _take_range(op: str, shape: tuple, index: np.ndarray) -> None:
+def _take_message(op: str, shape: tuple, index_shape: tuple) -> tuple[str, str]:
     n = int(np.prod(shape, dtype=np.int64))
-    check_index_range(op, index, -n, n, f"a tensor of {n} elements",
-                      f"(self {tuple(shape)}, index {tuple(index.shape)})")
+    return _range_message(op, f"a tensor of {n} elements", shape, index_shape)
 
 
-def _flat_positions(index: np.ndarray, numel: int) -> np.ndarray:
-    pos = _i64(index).reshape(-1)
-    return np.where(pos < 0, pos + numel, pos) if pos.size and pos.min() < 0 else pos
+_TAKE = Opaque(native=sk.take_native,
+               static=lambda attrs, shapes: _take_message("take", shapes[0], shapes[1]))
 
 
-@kernel("take")
+@kernel("take", kind=_TAKE)
 def _take_kernel(x, index):
-    _take_range("take", x.shape, index)
-    out = np.empty(index.shape, x.dtype)
-    sk.gather_flat(c_writable(x).reshape(-1), _flat_positions(index, x.size),
-                        out.reshape(-1))
-    return out
+    return call_native(_TAKE, (x, index), {})
 
 
 @op_function("take")
@@ -434,13 +441,13 @@ def take(self: Tensor, index: Tensor) -> Tensor:
     return apply(get("take"), (self, index))
 
 
-@kernel("take_backward")
+_TAKE_BACKWARD = Opaque(native=sk.take_backward_native, static=lambda attrs, shapes: (
+    tuple(attrs["sizes"]), *_take_message("take_backward", tuple(attrs["sizes"]), shapes[1])))
+
+
+@kernel("take_backward", kind=_TAKE_BACKWARD)
 def _take_backward_kernel(g, sizes, index):
-    out = np.zeros(tuple(sizes), g.dtype)
-    _take_range("take_backward", out.shape, index)
-    sk.scatter_add_flat(out.reshape(-1), _flat_positions(index, out.size),
-                             c_writable(g).reshape(-1))
-    return out
+    return call_native(_TAKE_BACKWARD, (g, index), {"sizes": sizes})
 
 
 @op_function("take_backward")
@@ -451,12 +458,13 @@ def take_backward(self: Tensor, sizes, index: Tensor) -> Tensor:
 
 
 # ------------------------------------------------------------------ masked_fill
-@kernel("masked_fill")
+_MASKED_FILL = Opaque(native=sk.masked_fill_native,
+                      static=lambda attrs, shapes: (tuple(shapes[0]),))
+
+
+@kernel("masked_fill", kind=_MASKED_FILL)
 def _masked_fill_kernel(x, mask, value):
-    out = np.array(x, order="C", copy=True)
-    m = c_writable(np.broadcast_to(mask, x.shape))
-    sk.masked_fill_flat(out.reshape(-1), m.reshape(-1), x.dtype.type(value[()]))
-    return out
+    return call_native(_MASKED_FILL, (x, mask, value), {})
 
 
 @op_function("masked_fill")
@@ -478,8 +486,6 @@ def masked_fill(self: Tensor, mask: Tensor, value) -> Tensor:
             raise RuntimeError(f"masked_fill: value must be a number or a 0-d tensor, got "
                                f"shape {tuple(value.shape)}")
         if value.dtype != self.dtype:
-            from .convert import to_dtype
-
             value = to_dtype(value, self.dtype)
     else:
         _number_or_array(op="masked_fill", name="value", value=value)

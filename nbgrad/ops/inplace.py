@@ -14,6 +14,8 @@ import numpy as np
 
 from ..grad_mode import STATE, no_grad
 from ..tensor import Tensor
+from .elementwise import add, clamp, div, mul, sub
+from .indexing import index_put
 
 __all__ = ["add_", "clamp_", "div_", "fill_", "index_put_", "mul_", "sub_", "zero_"]
 
@@ -79,40 +81,28 @@ def _store(self: Tensor, new: Tensor, name: str) -> None:
 
 
 def add_(self: Tensor, other, alpha: float = 1) -> Tensor:
-    from . import add, mul
-
     value = other if alpha == 1 else mul(other, alpha)
     return apply_inplace(self, "add_", lambda t: add(t, value), (other,))
 
 
 def sub_(self: Tensor, other, alpha: float = 1) -> Tensor:
-    from . import mul, sub
-
     value = other if alpha == 1 else mul(other, alpha)
     return apply_inplace(self, "sub_", lambda t: sub(t, value), (other,))
 
 
 def mul_(self: Tensor, other) -> Tensor:
-    from . import mul
-
     return apply_inplace(self, "mul_", lambda t: mul(t, other), (other,))
 
 
 def div_(self: Tensor, other) -> Tensor:
-    from . import div
-
     return apply_inplace(self, "div_", lambda t: div(t, other), (other,))
 
 
 def clamp_(self: Tensor, min=None, max=None) -> Tensor:  # noqa: A002
-    from . import clamp
-
     return apply_inplace(self, "clamp_", lambda t: clamp(t, min, max))
 
 
 def fill_(self: Tensor, value) -> Tensor:
-    from . import mul
-
     if isinstance(value, Tensor):
         return apply_inplace(self, "fill_", lambda t: mul(t, 0) + value, (value,))
 
@@ -128,8 +118,6 @@ def zero_(self: Tensor) -> Tensor:
 
 def index_put_(self: Tensor, indices, values, accumulate: bool = False) -> Tensor:
     """``self[indices] = values`` (or ``+=`` with ``accumulate``), in place."""
-    from .indexing import index_put
-
     return apply_inplace(
         self, "index_put_", lambda t: index_put(t, indices, values, accumulate), (values,)
     )

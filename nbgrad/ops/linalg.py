@@ -6,15 +6,25 @@ Decompositions and solvers (``nbgrad.linalg``) live in :mod:`nbgrad.ops.decomp`.
 
 from __future__ import annotations
 
+import math
 import string
 from collections.abc import Sequence
 
 import numpy as np
 
 from ..kernels import blas
+from ..kernels import matrix as mk
+from ..kernels.layout import call_native
 from ..tensor import Tensor
+from .convert import to_dtype
+from .decomp import det as _det
+from .decomp import inv
+from .decomp import slogdet as _slogdet
 from .dispatch import apply, promote_operands
+from .reduction import sum as _sum
 from .registry import formula_helper, get, kernel, op_function
+from .shape import expand, permute
+from .traits import Matmul, Move, Opaque
 
 __all__ = ["bmm", "det", "diag", "diagonal", "diagonal_backward", "dot", "einsum", "inverse",
            "matmul", "mm", "outer", "slogdet", "trace"]
@@ -23,8 +33,6 @@ __all__ = ["bmm", "det", "diag", "diagonal", "diagonal_backward", "dot", "einsum
 def _floats(op: str, a, b) -> tuple[Tensor, Tensor]:
     a, b = promote_operands(a, b)
     if a.dtype.kind != "f":
-        from .convert import to_dtype
-
         a, b = to_dtype(a, "float64"), to_dtype(b, "float64")
     return a, b
 
@@ -35,7 +43,7 @@ def _shape_error(op: str, a, b, why: str) -> RuntimeError:
     )
 
 
-@kernel("matmul")
+@kernel("matmul", kind=Matmul())
 def _matmul_kernel(a, b):
     return blas.matmul_nd(a, b)
 
@@ -59,7 +67,7 @@ def matmul(self: Tensor, other: Tensor) -> Tensor:
     return apply(get("matmul"), (a, b))
 
 
-@kernel("mm")
+@kernel("mm", kind=Matmul())
 def _mm_kernel(a, b):
     return blas.matmul2d(a, b)
 
@@ -75,7 +83,7 @@ def mm(self: Tensor, mat2: Tensor) -> Tensor:
     return apply(get("mm"), (a, b))
 
 
-@kernel("bmm")
+@kernel("bmm", kind=Matmul())
 def _bmm_kernel(a, b):
     return blas.matmul3d(a, b)
 
@@ -91,7 +99,7 @@ def bmm(self: Tensor, mat2: Tensor) -> Tensor:
     return apply(get("bmm"), (a, b))
 
 
-@kernel("dot")
+@kernel("dot", kind=Matmul())
 def _dot_kernel(a, b):
     return blas.matmul_nd(a, b)
 
@@ -105,7 +113,7 @@ def dot(self: Tensor, other: Tensor) -> Tensor:
     return apply(get("dot"), (a, b))
 
 
-@kernel("outer")
+@kernel("outer", kind=Matmul(outer=True))
 def _outer_kernel(a, b):
     return blas.matmul2d(a.reshape(-1, 1), b.reshape(1, -1))
 
@@ -169,9 +177,6 @@ def _einsum_prepare(tensors: list[Tensor], labels: list[str], out: str
                     ) -> tuple[list[Tensor], list[str]]:
     """Take diagonals of repeated labels, broadcast size-1 dimensions and sum labels that
     only one operand has, so that the remaining contractions are clean."""
-    from .reduction import sum as _sum
-    from .shape import expand
-
     ts, ls = [], []
     for t, s in zip(tensors, labels, strict=True):
         while len(set(s)) < len(s):
@@ -223,8 +228,6 @@ def einsum(equation: str, *operands) -> Tensor:
         raise RuntimeError("einsum: needs at least one operand")
     tensors = promote_operands(*operands)
     if tensors[0].dtype.kind != "f":
-        from .convert import to_dtype
-
         tensors = [to_dtype(t, "float64") for t in tensors]
     labels, out = _parse_equation(equation, [t.ndim for t in tensors])
     ts, ls = _einsum_prepare(tensors, labels, out)
@@ -238,13 +241,17 @@ def einsum(equation: str, *operands) -> Tensor:
         acc = apply(get("einsum"), (f"{acc_labels},{ls[k]}->{keep}", [acc, ts[k]]))
         acc_labels = keep
     if acc_labels != out:
-        from .shape import permute
-
         acc = permute(acc, tuple(acc_labels.index(c) for c in out))
     return acc
 
 
-@kernel("einsum")
+def _einsum_static(attrs: dict, shapes: tuple) -> tuple:
+    lhs, out = attrs["equation"].split("->")
+    a_labels, b_labels = lhs.split(",")
+    return blas.einsum_plan(shapes[0], a_labels, shapes[1], b_labels, out)
+
+
+@kernel("einsum", kind=Opaque(native=blas.einsum_native, static=_einsum_static))
 def _einsum_kernel(equation, operands):
     lhs, out = equation.split("->")
     a_labels, b_labels = lhs.split(",")
@@ -274,7 +281,7 @@ def _diag_positions(n1: int, n2: int, offset: int) -> tuple[np.ndarray, np.ndarr
     return np.arange(k) - offset, np.arange(k)
 
 
-@kernel("diagonal", view_of=0)
+@kernel("diagonal", view_of=0, kind=Move())
 def _diagonal_kernel(x, offset, dim1, dim2):
     return np.diagonal(x, offset, dim1, dim2)
 
@@ -290,13 +297,27 @@ def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Ten
     return apply(get("diagonal"), (self, int(offset), d1, d2))
 
 
-@kernel("diagonal_backward")
+def _diagonal_backward_static(attrs: dict, shapes: tuple) -> tuple:
+    sizes = tuple(attrs["input_sizes"])
+    d1, d2, offset = attrs["dim1"], attrs["dim2"], attrs["offset"]
+    strides = tuple(math.prod(sizes[d + 1:]) for d in range(len(sizes)))
+    outer = tuple(d for d in range(len(sizes)) if d not in (d1, d2))
+    rows, cols = _diag_positions(sizes[d1], sizes[d2], offset)
+    r0, c0 = (0, offset) if offset >= 0 else (-offset, 0)
+    return (sizes, tuple(sizes[d] for d in outer) or (1,),
+            tuple(strides[d] for d in outer) or (0,), len(rows), r0, c0, strides[d1],
+            strides[d2])
+
+
+_DIAGONAL_BACKWARD = Opaque(native=mk.diagonal_backward_native,
+                            static=_diagonal_backward_static)
+
+
+@kernel("diagonal_backward", kind=_DIAGONAL_BACKWARD)
 def _diagonal_backward_kernel(g, input_sizes, offset, dim1, dim2):
-    out = np.zeros(tuple(input_sizes), g.dtype)
-    planes = np.moveaxis(out, (dim1, dim2), (-2, -1))
-    rows, cols = _diag_positions(planes.shape[-2], planes.shape[-1], offset)
-    planes[..., rows, cols] = g
-    return out
+    return call_native(_DIAGONAL_BACKWARD, (g,), {"input_sizes": input_sizes,
+                                                  "offset": offset, "dim1": dim1,
+                                                  "dim2": dim2})
 
 
 @op_function("diagonal_backward")
@@ -307,9 +328,13 @@ def diagonal_backward(self: Tensor, input_sizes, offset: int, dim1: int, dim2: i
                  (self, tuple(int(s) for s in input_sizes), int(offset), int(dim1), int(dim2)))
 
 
-@kernel("diag")
+_DIAG = Opaque(native=mk.diag_native,
+               static=lambda attrs, shapes: (int(attrs["diagonal"]),))
+
+
+@kernel("diag", kind=_DIAG)
 def _diag_kernel(x, diagonal):
-    return np.array(np.diag(x, diagonal))  # a copy also for 2-D (np.diag gives a view)
+    return call_native(_DIAG, (x,), {"diagonal": diagonal})
 
 
 @op_function("diag")
@@ -321,9 +346,12 @@ def diag(self: Tensor, diagonal: int = 0) -> Tensor:
     return apply(get("diag"), (self, int(diagonal)))
 
 
-@kernel("trace")
+_TRACE = Opaque(native=mk.trace_native, static=lambda attrs, shapes: ())
+
+
+@kernel("trace", kind=_TRACE)
 def _trace_kernel(x):
-    return np.asarray(np.trace(x))
+    return call_native(_TRACE, (x,), {})
 
 
 @op_function("trace")
@@ -343,20 +371,14 @@ def diagonal_shape(shape) -> tuple[int]:
 # ------------------------------------------------------------------ torch's top-level names
 def det(self: Tensor) -> Tensor:
     """``torch.det`` / ``Tensor.det``: :func:`nbgrad.linalg.det`."""
-    from .decomp import det as _det
-
     return _det(self)
 
 
 def slogdet(self: Tensor):
     """``torch.slogdet`` / ``Tensor.slogdet``: :func:`nbgrad.linalg.slogdet`."""
-    from .decomp import slogdet as _slogdet
-
     return _slogdet(self)
 
 
 def inverse(self: Tensor) -> Tensor:
     """``torch.inverse`` / ``Tensor.inverse``: :func:`nbgrad.linalg.inv`."""
-    from .decomp import inv
-
     return inv(self)

@@ -10,18 +10,25 @@ gradient too.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import dtypes
+from .. import random as nb_random
 from ..kernels import elementwise as ew
 from ..kernels import nn as nk
 from ..kernels import reduction as rk
 from ..kernels.blas import matmul2d
-from ..kernels.layout import c_contiguous
+from ..kernels.layout import c_contiguous, call_native
 from ..tensor import STATE_TRACE, Tensor
 from . import elementwise as _elementwise
+from .convert import to_dtype
 from .dispatch import apply, as_tensor, promote_operands
+from .reduction import sum as _sum
 from .registry import formula_helper, get, kernel, op_function
+from .shape import expand, reshape
+from .traits import Elementwise, Matmul, Opaque
 
 __all__ = [
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout",
@@ -38,7 +45,6 @@ def _float_tensor(value, op: str, like: Tensor | None = None) -> Tensor:
     t = as_tensor(value, dtype=like.dtype if like is not None and not isinstance(
         value, Tensor) else None)
     if t.dtype.kind != "f":
-        from .convert import to_dtype
         t = to_dtype(t, like.dtype if like is not None and like.dtype.kind == "f"
                      else dtypes.float64)
     return t
@@ -48,22 +54,6 @@ def _reduction(reduction: str, op: str) -> str:
     if reduction not in _REDUCTIONS:
         raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
     return reduction
-
-
-def _reduce_loss(values: np.ndarray, reduction: str, denom: float | None = None):
-    """Per-element losses reduced: as they are, summed, or summed and divided by ``denom``
-    (default: their count; NaN when it is 0, as torch)."""
-    if reduction == "none":
-        return values
-    total = values.sum(dtype=np.float64)
-    if reduction == "mean":
-        denom = values.size if denom is None else denom
-        total = total / denom if denom else np.nan
-    return np.asarray(total, values.dtype)
-
-
-def _flat_broadcast(x: np.ndarray, shape: tuple[int, ...], dtype) -> np.ndarray:
-    return c_contiguous(np.broadcast_to(x, shape), dtype).reshape(-1)
 
 
 # ------------------------------------------------------------------ metadata helpers
@@ -101,9 +91,13 @@ def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
     return apply(get("elu"), (_float_tensor(self, "elu"), float(alpha)))
 
 
-@kernel("gelu")
+def _gelu_params(approximate: str) -> tuple[float]:
+    return (0.0 if approximate == "none" else 1.0,)
+
+
+@kernel("gelu", kind=Elementwise(ew.UNARY["gelu"], encode=_gelu_params))
 def _gelu_kernel(x, approximate):
-    return ew.run_unary("gelu", x, x.dtype, 0.0 if approximate == "none" else 1.0)
+    return ew.run_unary("gelu", x, x.dtype, *_gelu_params(approximate))
 
 
 @op_function("gelu")
@@ -115,23 +109,23 @@ def gelu(self: Tensor, approximate: str = "none") -> Tensor:
 
 
 # ------------------------------------------------------------------ softmax
-def _softmax(x: np.ndarray, dim: int, dtype, log: bool) -> np.ndarray:
-    if dtype is not None and x.dtype != dtype:
-        x = x.astype(dtype)
-    flat, A, R, B, _ = rk.arb_view(x, (dim,))
-    out = np.empty(flat.size, x.dtype)
-    nk.softmax_arb(flat, A, R, B, log, out)
-    return out.reshape(x.shape)
+def _softmax_kind(log: bool) -> Opaque:
+    return Opaque(native=nk.softmax_native, static=lambda attrs, shapes: (
+        *rk.arb_plan(shapes[0], (attrs["dim"],) if shapes[0] else ())[1:4], attrs["dtype"],
+        log))
 
 
-@kernel("softmax")
+_SOFTMAX, _LOG_SOFTMAX = _softmax_kind(False), _softmax_kind(True)
+
+
+@kernel("softmax", kind=_SOFTMAX)
 def _softmax_kernel(x, dim, dtype):
-    return _softmax(x, dim, dtype, False)
+    return call_native(_SOFTMAX, (x,), {"dim": dim, "dtype": dtype})
 
 
-@kernel("log_softmax")
+@kernel("log_softmax", kind=_LOG_SOFTMAX)
 def _log_softmax_kernel(x, dim, dtype):
-    return _softmax(x, dim, dtype, True)
+    return call_native(_LOG_SOFTMAX, (x,), {"dim": dim, "dtype": dtype})
 
 
 def _softmax_args(op: str, self, dim, dtype, axis):
@@ -167,10 +161,6 @@ def _class_layout(shape: tuple[int, ...]) -> tuple[int, int, int]:
     return shape[0], shape[1], int(np.prod(shape[2:], dtype=np.int64))
 
 
-def _class_weight(weight: np.ndarray | None, C: int, dtype) -> np.ndarray:
-    return np.ones(C, dtype) if weight is None else c_contiguous(weight, dtype).reshape(-1)
-
-
 def _check_classes(op: str, self: Tensor, target: Tensor, weight, ignore_index: int) -> None:
     shape, tshape = tuple(self.shape), tuple(target.shape)
     if self.ndim == 0:
@@ -197,45 +187,52 @@ def _check_target_values(op: str, t: np.ndarray, C: int, ignore_index: int) -> N
                          f"{C} classes")
 
 
-def _loss_from_samples(loss: np.ndarray, wt: np.ndarray, tshape, reduction: str, dtype):
-    loss = loss.astype(dtype, copy=False)
-    if reduction == "none":
-        return loss.reshape(tshape)
-    return _reduce_loss(loss, reduction, float(wt.sum(dtype=np.float64)))
+def _loss_code(reduction: str) -> int:
+    return _REDUCTIONS.index(reduction)
 
 
-@kernel("nll_loss")
+def _loss_shape(reduction: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(shape) if reduction == "none" else ()
+
+
+def _class_loss_kind(op: str, fused: bool) -> Opaque:
+    def static(attrs: dict, shapes: tuple) -> tuple:
+        return (*_class_layout(shapes[0]), int(attrs["ignore_index"]),
+                float(attrs["label_smoothing"]), _loss_code(attrs["reduction"]),
+                _loss_shape(attrs["reduction"], shapes[1]), fused, op)
+    return Opaque(native=nk.class_loss_native, static=static)
+
+
+_NLL = _class_loss_kind("nll_loss", False)
+_CROSS_ENTROPY = _class_loss_kind("cross_entropy", True)
+
+
+def _class_loss_attrs(ignore_index, reduction, label_smoothing) -> dict:
+    return {"ignore_index": ignore_index, "reduction": reduction,
+            "label_smoothing": label_smoothing}
+
+
+@kernel("nll_loss", kind=_NLL)
 def _nll_loss_kernel(logp, target, weight, ignore_index, reduction, label_smoothing):
-    A, C, B = _class_layout(logp.shape)
-    _check_target_values("nll_loss", target, C, ignore_index)
-    loss = np.empty(A * B, np.float64)
-    wt = np.empty(A * B, np.float64)
-    nk.nll_fwd(c_contiguous(logp).reshape(-1), c_contiguous(target, np.int64).reshape(-1),
-               _class_weight(weight, C, np.float64), A, C, B, ignore_index,
-               label_smoothing, loss, wt)
-    return _loss_from_samples(loss, wt, target.shape, reduction, logp.dtype)
+    return call_native(_NLL, (logp, target, weight),
+                       _class_loss_attrs(ignore_index, reduction, label_smoothing))
 
 
-@kernel("nll_loss_backward")
+def _nll_backward_static(attrs: dict, shapes: tuple) -> tuple:
+    sizes = tuple(attrs["sizes"])
+    return (*_class_layout(sizes), int(attrs["ignore_index"]),
+            float(attrs["label_smoothing"]), _loss_code(attrs["reduction"]), sizes,
+            "nll_loss_backward")
+
+
+_NLL_BACKWARD = Opaque(native=nk.nll_backward_native, static=_nll_backward_static)
+
+
+@kernel("nll_loss_backward", kind=_NLL_BACKWARD)
 def _nll_loss_backward_kernel(g, target, weight, sizes, ignore_index, reduction,
                               label_smoothing):
-    sizes = tuple(sizes)
-    A, C, B = _class_layout(sizes)
-    _check_target_values("nll_loss_backward", target, C, ignore_index)
-    t = c_contiguous(target, np.int64).reshape(-1)
-    w = _class_weight(weight, C, np.float64)
-    if reduction == "none":
-        gs = c_contiguous(g, np.float64).reshape(-1)
-    else:
-        scale = float(g)
-        if reduction == "mean":
-            kept = t != ignore_index
-            denom = w[t[kept]].sum()
-            scale = scale / denom if denom else np.nan
-        gs = np.full(A * B, scale)
-    out = np.empty(A * C * B, g.dtype)
-    nk.nll_bwd(gs, t, w, A, C, B, ignore_index, label_smoothing, out)
-    return out.reshape(sizes)
+    return call_native(_NLL_BACKWARD, (g, target, weight), {
+        "sizes": sizes, **_class_loss_attrs(ignore_index, reduction, label_smoothing)})
 
 
 @op_function("nll_loss_backward")
@@ -256,7 +253,6 @@ def _nll_args(op: str, self, target, weight, ignore_index, reduction, label_smoo
     if weight is not None:
         weight = _float_tensor(weight, op, self)
         if weight.dtype != self.dtype:
-            from .convert import to_dtype
             weight = to_dtype(weight, self.dtype)
     _check_classes(op, self, target, weight, int(ignore_index))
     if not 0.0 <= float(label_smoothing) <= 1.0:
@@ -277,22 +273,15 @@ def nll_loss(self: Tensor, target: Tensor, weight: Tensor | None = None,
                                             reduction, label_smoothing))
 
 
-@kernel("cross_entropy")
+@kernel("cross_entropy", kind=_CROSS_ENTROPY)
 def _cross_entropy_kernel(x, target, weight, ignore_index, reduction, label_smoothing):
-    A, C, B = _class_layout(x.shape)
-    _check_target_values("cross_entropy", target, C, ignore_index)
-    loss = np.empty(A * B, np.float64)
-    wt = np.empty(A * B, np.float64)
-    nk.cross_entropy_fwd(c_contiguous(x).reshape(-1), c_contiguous(target, np.int64)
-                         .reshape(-1), _class_weight(weight, C, np.float64), A, C, B,
-                         ignore_index, label_smoothing, loss, wt)
-    return _loss_from_samples(loss, wt, target.shape, reduction, x.dtype)
+    return call_native(_CROSS_ENTROPY, (x, target, weight),
+                       _class_loss_attrs(ignore_index, reduction, label_smoothing))
 
 
 def _soft_cross_entropy(x: Tensor, q: Tensor, weight, reduction: str, smoothing: float):
     """Cross entropy against class probabilities ``q``, from table ops (so ``q`` gets a
     gradient too)."""
-    from . import reshape, sum
     cdim = class_dim(x.ndim)
     C = x.shape[cdim]
     if smoothing:
@@ -301,10 +290,10 @@ def _soft_cross_entropy(x: Tensor, q: Tensor, weight, reduction: str, smoothing:
         shape = [1] * x.ndim
         shape[cdim] = C
         q = q * reshape(weight, shape)
-    per = -sum(q * log_softmax(x, cdim), cdim)
+    per = -_sum(q * log_softmax(x, cdim), cdim)
     if reduction == "none":
         return per
-    total = sum(per)
+    total = _sum(per)
     return total / (x.size // C) if reduction == "mean" else total
 
 
@@ -340,11 +329,13 @@ def cross_entropy(self: Tensor, target: Tensor, weight: Tensor | None = None,
 
 
 # ------------------------------------------------------------------ one_hot
-@kernel("one_hot")
+_ONE_HOT = Opaque(native=nk.one_hot_native,
+                  static=lambda attrs, shapes: (int(attrs["num_classes"]),))
+
+
+@kernel("one_hot", kind=_ONE_HOT)
 def _one_hot_kernel(x, num_classes):
-    out = np.zeros(x.shape + (num_classes,), np.int64)
-    np.put_along_axis(out, x.astype(np.int64)[..., None], 1, axis=-1)
-    return out
+    return call_native(_ONE_HOT, (x,), {"num_classes": num_classes})
 
 
 @op_function("one_hot")
@@ -367,7 +358,6 @@ def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
 def _pair_loss_args(op: str, self, target, reduction):
     a, b = promote_operands(self, target)
     if a.dtype.kind != "f":
-        from .convert import to_dtype
         a, b = to_dtype(a, dtypes.float64), to_dtype(b, dtypes.float64)
     try:
         np.broadcast_shapes(a.shape, b.shape)
@@ -377,22 +367,25 @@ def _pair_loss_args(op: str, self, target, reduction):
     return a, b, _reduction(reduction, op)
 
 
-def _pointwise_loss(a: np.ndarray, b: np.ndarray, reduction: str, squared: bool):
-    shape = np.broadcast_shapes(a.shape, b.shape)
-    out = np.empty(int(np.prod(shape, dtype=np.int64)), a.dtype)
-    nk.pointwise_loss(_flat_broadcast(a, shape, a.dtype), _flat_broadcast(b, shape, a.dtype),
-                      squared, out)
-    return _reduce_loss(out.reshape(shape), reduction)
+def _pointwise_kind(squared: bool) -> Opaque:
+    def static(attrs: dict, shapes: tuple) -> tuple:
+        shape = np.broadcast_shapes(*shapes)
+        return (shape, squared, _loss_code(attrs["reduction"]),
+                _loss_shape(attrs["reduction"], shape))
+    return Opaque(native=nk.pointwise_loss_native, static=static)
 
 
-@kernel("mse_loss")
+_MSE, _L1 = _pointwise_kind(True), _pointwise_kind(False)
+
+
+@kernel("mse_loss", kind=_MSE)
 def _mse_loss_kernel(a, b, reduction):
-    return _pointwise_loss(a, b, reduction, True)
+    return call_native(_MSE, (a, b), {"reduction": reduction})
 
 
-@kernel("l1_loss")
+@kernel("l1_loss", kind=_L1)
 def _l1_loss_kernel(a, b, reduction):
-    return _pointwise_loss(a, b, reduction, False)
+    return call_native(_L1, (a, b), {"reduction": reduction})
 
 
 @op_function("mse_loss")
@@ -425,27 +418,26 @@ def _binary_args(op: str, self, target, weights, reduction):
                 raise RuntimeError(f"{op}: {name} of shape {tuple(w.shape)} does not "
                                    f"broadcast to the input's shape {tuple(x.shape)}") from None
             if w.dtype != x.dtype:
-                from .convert import to_dtype
                 w = to_dtype(w, x.dtype)
         out.append(w)
     return (*out, _reduction(reduction, op))
 
 
-def _weights(w: np.ndarray | None, shape, dtype) -> np.ndarray:
-    if w is None:
-        return np.ones(int(np.prod(shape, dtype=np.int64)), dtype)
-    return _flat_broadcast(w, shape, dtype)
+def _binary_static(attrs: dict, shapes: tuple) -> tuple:
+    return (tuple(shapes[0]), _loss_code(attrs["reduction"]),
+            _loss_shape(attrs["reduction"], shapes[0]))
 
 
-@kernel("binary_cross_entropy")
+_BCE = Opaque(native=nk.binary_cross_entropy_native, static=_binary_static)
+_BCE_LOGITS = Opaque(native=nk.bce_with_logits_native, static=_binary_static)
+
+
+@kernel("binary_cross_entropy", kind=_BCE)
 def _bce_kernel(p, t, weight, reduction):
-    if p.size and (p.min() < 0 or p.max() > 1):
+    if p.size and (p.min() < 0 or p.max() > 1):  # the native says it without the values
         raise RuntimeError("binary_cross_entropy: all input values must be between 0 and 1 "
                            f"(got [{p.min()}, {p.max()}])")
-    out = np.empty(p.size, p.dtype)
-    nk.binary_cross_entropy_fwd(c_contiguous(p).reshape(-1), c_contiguous(t).reshape(-1),
-                                _weights(weight, p.shape, p.dtype), out)
-    return _reduce_loss(out.reshape(p.shape), reduction)
+    return call_native(_BCE, (p, t, weight), {"reduction": reduction})
 
 
 @op_function("binary_cross_entropy")
@@ -458,14 +450,9 @@ def binary_cross_entropy(self: Tensor, target: Tensor, weight: Tensor | None = N
                               reduction))
 
 
-@kernel("binary_cross_entropy_with_logits")
+@kernel("binary_cross_entropy_with_logits", kind=_BCE_LOGITS)
 def _bce_logits_kernel(x, t, weight, pos_weight, reduction):
-    out = np.empty(x.size, x.dtype)
-    nk.bce_with_logits_fwd(c_contiguous(x).reshape(-1), c_contiguous(t).reshape(-1),
-                           _weights(weight, x.shape, x.dtype),
-                           _weights(pos_weight, x.shape, x.dtype), pos_weight is not None,
-                           out)
-    return _reduce_loss(out.reshape(x.shape), reduction)
+    return call_native(_BCE_LOGITS, (x, t, weight, pos_weight), {"reduction": reduction})
 
 
 @op_function("binary_cross_entropy_with_logits")
@@ -482,17 +469,18 @@ def binary_cross_entropy_with_logits(self: Tensor, target: Tensor,
 
 
 # ------------------------------------------------------------------ layer_norm
-@kernel("layer_norm")
+def _layer_norm_static(attrs: dict, shapes: tuple) -> tuple:
+    D = math.prod(attrs["normalized_shape"])
+    return (math.prod(shapes[0]) // D if D else 0), D, float(attrs["eps"])
+
+
+_LAYER_NORM = Opaque(native=nk.layer_norm_native, static=_layer_norm_static)
+
+
+@kernel("layer_norm", kind=_LAYER_NORM)
 def _layer_norm_kernel(x, normalized_shape, weight, bias, eps):
-    D = int(np.prod(normalized_shape, dtype=np.int64))
-    M = x.size // D if D else 0
-    out = np.empty(x.size, x.dtype)
-    dummy = np.zeros(1, x.dtype)
-    nk.layer_norm_fwd(c_contiguous(x).reshape(-1), M, D,
-                      dummy if weight is None else c_contiguous(weight, x.dtype).reshape(-1),
-                      dummy if bias is None else c_contiguous(bias, x.dtype).reshape(-1),
-                      weight is not None, bias is not None, float(eps), out)
-    return out.reshape(x.shape)
+    return call_native(_LAYER_NORM, (x, weight, bias),
+                       {"normalized_shape": normalized_shape, "eps": eps})
 
 
 @op_function("layer_norm")
@@ -514,17 +502,17 @@ def layer_norm(self: Tensor, normalized_shape, weight: Tensor | None = None,
                 raise RuntimeError(f"layer_norm: {name} of shape {tuple(p.shape)} must have "
                                    f"shape {shape}")
             if p.dtype != x.dtype:
-                from .convert import to_dtype
                 p = to_dtype(p, x.dtype)
         params.append(p)
     return apply(get("layer_norm"), (x, shape, params[0], params[1], float(eps)))
 
 
 # ------------------------------------------------------------------ dropout
-@kernel("dropout")
+@kernel("dropout", kind=Opaque(why_not_native=(
+    "its mask comes from a NumPy Generator chosen in Python at each call (nbgrad.random's "
+    "unless one is given)")))
 def _dropout_kernel(x, p, training, inplace, generator):
     if generator is None:
-        from .. import random as nb_random
         generator = nb_random._generator(None)  # the one nbgrad.random.seed() resets
     u = generator.random(x.size)  # float64 for every dtype: a seed gives one mask
     out = np.empty(x.size, x.dtype)
@@ -562,18 +550,29 @@ def dropout(self: Tensor, p: float = 0.5, training: bool = True, inplace: bool =
 
 
 # ------------------------------------------------------------------ embedding, linear
-@kernel("embedding")
+def _range_suffix(op: str, n: int, shapes: tuple) -> tuple[str, str]:
+    """The two halves around the bad index of check_index_range's message."""
+    return (f"{op}: index ", f" is out of range for {n} rows (input {tuple(shapes[0])}, "
+            f"weight {tuple(shapes[1])})")
+
+
+_EMBEDDING = Opaque(native=nk.embedding_native, static=lambda attrs, shapes: (
+    tuple(shapes[0]) + tuple(shapes[1][1:]), *_range_suffix("embedding", shapes[1][0], shapes)))
+
+
+@kernel("embedding", kind=_EMBEDDING)
 def _embedding_kernel(indices, weight, padding_idx):
-    _embedding_range("embedding", indices, weight.shape)
-    return np.take(weight, indices, axis=0)
+    return call_native(_EMBEDDING, (indices, weight), {"padding_idx": padding_idx})
 
 
-def _embedding_range(op: str, indices: np.ndarray, weight_shape: tuple) -> None:
-    from .indexing import check_index_range
+def _embedding_backward_static(attrs: dict, shapes: tuple) -> tuple:
+    n, pad = int(attrs["num_weights"]), attrs["padding_idx"]
+    return (n, -1 if pad is None else int(pad), *_range_suffix(
+        "embedding_backward", n, (shapes[1], (n, shapes[0][-1]))))
 
-    n = weight_shape[0]
-    check_index_range(op, indices, 0, n, f"{n} rows",
-                      f"(input {tuple(indices.shape)}, weight {tuple(weight_shape)})")
+
+_EMBEDDING_BACKWARD = Opaque(native=nk.embedding_backward_native,
+                             static=_embedding_backward_static)
 
 
 @op_function("embedding")
@@ -600,15 +599,10 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
     return apply(get("embedding"), (idx, w, padding_idx))
 
 
-@kernel("embedding_backward")
+@kernel("embedding_backward", kind=_EMBEDDING_BACKWARD)
 def _embedding_backward_kernel(g, indices, num_weights, padding_idx):
-    dim = g.shape[-1]
-    _embedding_range("embedding_backward", indices, (num_weights, dim))
-    out = np.zeros((num_weights, dim), g.dtype)
-    nk.embedding_bwd(c_contiguous(g).reshape(indices.size, dim),  # not -1: dim may be 0
-                     c_contiguous(indices, np.int64).reshape(-1),
-                     -1 if padding_idx is None else padding_idx, out)
-    return out
+    return call_native(_EMBEDDING_BACKWARD, (g, indices),
+                       {"num_weights": num_weights, "padding_idx": padding_idx})
 
 
 @op_function("embedding_backward")
@@ -619,7 +613,7 @@ def embedding_backward(grad_output: Tensor, input: Tensor, num_weights: int,  # 
                                              padding_idx))
 
 
-@kernel("linear")
+@kernel("linear", kind=Matmul(transpose_b=True, bias=2))
 def _linear_kernel(x, weight, bias):
     rows = int(np.prod(x.shape[:-1], dtype=np.int64))  # not -1: x may have 0 features
     x2 = c_contiguous(x).reshape(rows, x.shape[-1])
@@ -634,7 +628,6 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``input @ weight.T + bias`` with ``weight`` of shape (out_features, in_features)."""
     x, w = promote_operands(input, weight)
     if x.dtype.kind != "f":
-        from .convert import to_dtype
         x, w = to_dtype(x, dtypes.float64), to_dtype(w, dtypes.float64)
     if w.ndim != 2 or x.ndim == 0 or x.shape[-1] != w.shape[1]:
         raise RuntimeError(f"linear: input of shape {tuple(x.shape)} and weight of shape "
@@ -647,10 +640,8 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             raise RuntimeError(f"linear: bias of shape {tuple(b.shape)} must have shape "
                                f"({w.shape[0]},)")
         if b.dtype != x.dtype:
-            from .convert import to_dtype
             b = to_dtype(b, x.dtype)
         if b.ndim == 0:
-            from . import expand
             b = expand(b, (w.shape[0],))
     return apply(get("linear"), (x, w, b))
 

@@ -20,10 +20,14 @@ import numpy as np
 
 from .. import dtypes
 from ..kernels import reduction as rk
-from ..kernels.layout import c_contiguous
+from ..kernels.layout import c_contiguous, call_native
 from ..tensor import Tensor
+from .convert import to_dtype
 from .dispatch import apply, as_tensor, promote_operands
+from .elementwise import maximum, minimum
 from .registry import formula_helper, get, kernel, op_function
+from .shape import reshape
+from .traits import Broadcast, Opaque, Reduction
 
 __all__ = [
     "amax", "amin", "argmax", "argmin", "cumprod", "cumsum", "logsumexp", "max", "mean",
@@ -76,12 +80,12 @@ def _floating(t: Tensor, op: str) -> None:
         raise TypeError(f"{op}: needs a floating tensor, got {t.dtype}")
 
 
-def _nonempty(x: np.ndarray, dims: tuple[int, ...], op: str) -> None:
-    if x.ndim and builtins.any(x.shape[d] == 0 for d in dims):
+def _nonempty_shape(shape: tuple[int, ...], dims: tuple[int, ...], op: str) -> None:
+    if shape and builtins.any(shape[d] == 0 for d in dims):
         raise IndexError(f"{op}: cannot reduce over a zero-size dimension of a tensor of "
-                         f"shape {x.shape} (dims {dims})")
-    if x.size == 0 and not dims:
-        raise IndexError(f"{op}: cannot reduce an empty tensor of shape {x.shape}")
+                         f"shape {shape} (dims {dims})")
+    if math.prod(shape) == 0 and not dims:
+        raise IndexError(f"{op}: cannot reduce an empty tensor of shape {shape}")
 
 
 def _sum_dtype(dtype: np.dtype) -> np.dtype:
@@ -96,16 +100,6 @@ def reduce_sum(x: np.ndarray, dim, keepdim: bool, op: str = "sum") -> np.ndarray
     if flat.dtype.kind in "biu":
         flat = flat.astype(np.int64)
     rk.sum_arb(flat, A, R, B, out)
-    return out.reshape(rk.keep_shape(x.shape, dims, keepdim, kept))
-
-
-def _reduce(x: np.ndarray, dim, keepdim: bool, op: str, fn, *extra,
-            out_dtype=None) -> np.ndarray:
-    """Run ``fn(flat, A, R, B, *extra, out)`` over ``dim`` and shape the result."""
-    dims = rk.normalize_dims(dim, x.ndim, op)
-    flat, A, R, B, kept = rk.arb_view(x, dims)
-    out = np.empty(A * B, out_dtype or x.dtype)
-    fn(flat, A, R, B, *extra, out)
     return out.reshape(rk.keep_shape(x.shape, dims, keepdim, kept))
 
 
@@ -137,7 +131,28 @@ def norm_kind(p) -> str:
 
 
 # ------------------------------------------------------------------ sum, mean
-@kernel("sum")
+def _sum_dims(attrs: dict, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return rk.normalize_dims(attrs["dim"], len(shape), "sum")
+
+
+def _mean_dims(attrs: dict, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return rk.normalize_dims(attrs["dim"], len(shape), "mean")
+
+
+def _sum_to_dims(attrs: dict, shape: tuple[int, ...]) -> tuple[int, ...]:
+    size = tuple(attrs["size"])
+    lead = len(shape) - len(size)
+    return tuple(range(lead)) + tuple(lead + i for i, s in enumerate(size)
+                                      if s == 1 and shape[lead + i] != 1)
+
+
+def _sum_backward_unsqueeze(attrs: dict, out_ndim: int) -> tuple[int, ...] | None:
+    if attrs["keepdim"] or not out_ndim:
+        return None
+    return rk.normalize_dims(attrs["dim"], out_ndim, "sum_backward")
+
+
+@kernel("sum", kind=Reduction(_sum_dims))
 def _sum_kernel(x, dim, keepdim, dtype):
     out = reduce_sum(x, dim, keepdim)
     return out if dtype is None else out.astype(dtype)
@@ -151,7 +166,7 @@ def sum(self: Tensor, dim=None, keepdim: bool = False, dtype=None, *, axis=None)
     return apply(_SUM, (self, _norm_dim_attr(_dims_arg(dim, axis)), bool(keepdim), dt))
 
 
-@kernel("mean")
+@kernel("mean", kind=Reduction(_mean_dims, mean=True))
 def _mean_kernel(x, dim, keepdim):
     total = reduce_sum(x, dim, keepdim, "mean")
     count = reduced_count(x.shape, dim)
@@ -168,7 +183,7 @@ def mean(self: Tensor, dim=None, keepdim: bool = False, *, axis=None) -> Tensor:
     return apply(_MEAN, (self, _norm_dim_attr(_dims_arg(dim, axis)), bool(keepdim)))
 
 
-@kernel("sum_to")
+@kernel("sum_to", kind=Reduction(_sum_to_dims))
 def _sum_to_kernel(x, size):
     size = tuple(size)
     lead = x.ndim - len(size)
@@ -190,7 +205,7 @@ def sum_to(self: Tensor, size) -> Tensor:
     return apply(_SUM_TO, (self, size))
 
 
-@kernel("sum_backward")
+@kernel("sum_backward", kind=Broadcast(_sum_backward_unsqueeze))
 def _sum_backward_kernel(g, sizes, dim, keepdim):
     sizes = tuple(sizes)
     dims = rk.normalize_dims(dim, len(sizes), "sum_backward")
@@ -209,12 +224,30 @@ def sum_backward(self: Tensor, sizes, dim=None, keepdim: bool = False) -> Tensor
 _PROD = get("prod")
 
 
-@kernel("prod")
+def _plan(op: str, nonempty: bool = False):
+    """The static of a reduction native: the (A, R, B) plan of ``attrs["dim"]`` (all
+    dims for an op without one); ``nonempty``: a zero-size reduction raises."""
+    def static(attrs: dict, shapes: tuple) -> tuple:
+        shape = shapes[0]
+        dims = rk.normalize_dims(attrs.get("dim"), len(shape), op)
+        if nonempty:
+            _nonempty_shape(shape, dims, op)
+        return rk.arb_plan(shape, dims, attrs.get("keepdim", False))
+    return static
+
+
+def _with(static, *names: str, **constants):
+    """``static``'s constants followed by the attributes ``names`` and ``constants``."""
+    return lambda attrs, shapes: (*static(attrs, shapes), *(attrs[n] for n in names),
+                                  *constants.values())
+
+
+_PROD_KIND = Opaque(native=rk.prod_native, static=_with(_plan("prod"), "dtype"))
+
+
+@kernel("prod", kind=_PROD_KIND)
 def _prod_kernel(x, dim, keepdim, dtype):
-    out_dtype = dtype if dtype is not None else _sum_dtype(x.dtype)
-    if x.dtype != out_dtype:
-        x = x.astype(out_dtype)
-    return _reduce(x, dim, keepdim, "prod", rk.prod_arb)
+    return call_native(_PROD_KIND, (x,), {"dim": dim, "keepdim": keepdim, "dtype": dtype})
 
 
 @op_function("prod")
@@ -228,12 +261,10 @@ def prod(self: Tensor, dim=None, keepdim: bool = False, dtype=None, *, axis=None
     if isinstance(dim, int):
         return apply(_PROD, (self, _one_dim(dim, self.ndim, "prod"), keepdim, dt))
     if dt is not None and self.dtype != dt:
-        from .convert import to_dtype
         self = to_dtype(self, dt)
     dims = rk.normalize_dims(dim, self.ndim, "prod")
     kept = tuple(s for d, s in enumerate(self.shape) if d not in dims)
     if dim is None or len(dims) == self.ndim:
-        from .shape import reshape
         out = apply(_PROD, (reshape(self, -1), 0, False, None))
     else:
         out = self
@@ -241,57 +272,52 @@ def prod(self: Tensor, dim=None, keepdim: bool = False, dtype=None, *, axis=None
             out = apply(_PROD, (out, d, True, None))
     shape = rk.keep_shape(self.shape, dims, keepdim, kept)
     if out.shape != shape:
-        from .shape import reshape
         out = reshape(out, shape)
     return out
 
 
 # ------------------------------------------------------------------ max, min, amax, amin
-def _extreme_values(x: np.ndarray, dim, keepdim: bool, op: str, is_max: bool) -> np.ndarray:
-    dims = rk.normalize_dims(dim, x.ndim, op)
-    _nonempty(x, dims, op)
-    return _reduce(x, dims, keepdim, op, rk.extreme_values_arb, is_max)
+def _extreme_kind(native, op: str, is_max: bool) -> Opaque:
+    return Opaque(native=native, static=_with(_plan(op, nonempty=True), is_max=is_max))
 
 
-@kernel("max")
+_EXTREMES = {name: _extreme_kind(native, op, is_max) for name, native, op, is_max in [
+    ("max", rk.extreme_values_native, "max", True),
+    ("min", rk.extreme_values_native, "min", False),
+    ("amax", rk.extreme_values_native, "amax", True),
+    ("amin", rk.extreme_values_native, "amin", False),
+    ("max_dim", rk.extreme_dim_native, "max", True),
+    ("min_dim", rk.extreme_dim_native, "min", False)]}
+
+
+@kernel("max", kind=_EXTREMES["max"])
 def _max_kernel(x):
-    return _extreme_values(x, None, False, "max", True)
+    return call_native(_EXTREMES["max"], (x,), {})
 
 
-@kernel("min")
+@kernel("min", kind=_EXTREMES["min"])
 def _min_kernel(x):
-    return _extreme_values(x, None, False, "min", False)
+    return call_native(_EXTREMES["min"], (x,), {})
 
 
-@kernel("amax")
+@kernel("amax", kind=_EXTREMES["amax"])
 def _amax_kernel(x, dim, keepdim):
-    return _extreme_values(x, dim, keepdim, "amax", True)
+    return call_native(_EXTREMES["amax"], (x,), {"dim": dim, "keepdim": keepdim})
 
 
-@kernel("amin")
+@kernel("amin", kind=_EXTREMES["amin"])
 def _amin_kernel(x, dim, keepdim):
-    return _extreme_values(x, dim, keepdim, "amin", False)
+    return call_native(_EXTREMES["amin"], (x,), {"dim": dim, "keepdim": keepdim})
 
 
-def _extreme_dim(x: np.ndarray, dim: int, keepdim: bool, op: str, is_max: bool):
-    dims = rk.normalize_dims(dim, x.ndim, op)
-    _nonempty(x, dims, op)
-    flat, A, R, B, kept = rk.arb_view(x, dims)
-    values = np.empty(A * B, x.dtype)
-    idx = np.empty(A * B, np.int64)
-    rk.extreme_arb(flat, A, R, B, values, idx, is_max)
-    shape = rk.keep_shape(x.shape, dims, keepdim, kept)
-    return values.reshape(shape), idx.reshape(shape)
-
-
-@kernel("max_dim")
+@kernel("max_dim", kind=_EXTREMES["max_dim"])
 def _max_dim_kernel(x, dim, keepdim):
-    return _extreme_dim(x, dim, keepdim, "max", True)
+    return call_native(_EXTREMES["max_dim"], (x,), {"dim": dim, "keepdim": keepdim})
 
 
-@kernel("min_dim")
+@kernel("min_dim", kind=_EXTREMES["min_dim"])
 def _min_dim_kernel(x, dim, keepdim):
-    return _extreme_dim(x, dim, keepdim, "min", False)
+    return call_native(_EXTREMES["min_dim"], (x,), {"dim": dim, "keepdim": keepdim})
 
 
 @op_function("max_dim")
@@ -316,7 +342,6 @@ def _max_or_min(name: str, self, dim, keepdim, axis, other) -> Tensor | ValuesIn
     if isinstance(dim, Tensor) or other is not None:
         if other is not None and dim is not None:
             raise TypeError(f"{name}: give dim or other, not both")
-        from .elementwise import maximum, minimum
         return (maximum if name == "max" else minimum)(self, dim if other is None else other)
     if dim is None:
         if keepdim:
@@ -357,25 +382,22 @@ def amin(self: Tensor, dim=None, keepdim: bool = False, *, axis=None) -> Tensor:
 
 
 # ------------------------------------------------------------------ argmax, argmin
-def _arg_extreme(x: np.ndarray, dim, keepdim: bool, op: str, is_max: bool) -> np.ndarray:
-    if dim is None:
-        _nonempty(x, tuple(range(x.ndim)), op)
-        flat = c_contiguous(x).reshape(-1)
-        values = np.empty(1, x.dtype)
-        idx = np.empty(1, np.int64)
-        rk.extreme_arb(flat, 1, flat.size, 1, values, idx, is_max)
-        return idx.reshape((1,) * x.ndim if keepdim else ())
-    return _extreme_dim(x, dim, keepdim, op, is_max)[1]
+def _arg_kind(op: str, is_max: bool) -> Opaque:
+    return Opaque(native=rk.arg_extreme_native,
+                  static=_with(_plan(op, nonempty=True), is_max=is_max))
 
 
-@kernel("argmax")
+_ARGMAX, _ARGMIN = _arg_kind("argmax", True), _arg_kind("argmin", False)
+
+
+@kernel("argmax", kind=_ARGMAX)
 def _argmax_kernel(x, dim, keepdim):
-    return _arg_extreme(x, dim, keepdim, "argmax", True)
+    return call_native(_ARGMAX, (x,), {"dim": dim, "keepdim": keepdim})
 
 
-@kernel("argmin")
+@kernel("argmin", kind=_ARGMIN)
 def _argmin_kernel(x, dim, keepdim):
-    return _arg_extreme(x, dim, keepdim, "argmin", False)
+    return call_native(_ARGMIN, (x,), {"dim": dim, "keepdim": keepdim})
 
 
 @op_function("argmax")
@@ -397,22 +419,23 @@ def argmin(self: Tensor, dim=None, keepdim: bool = False, *, axis=None) -> Tenso
 
 
 # ------------------------------------------------------------------ var, std
-def _variance(x: np.ndarray, dim, correction: float, keepdim: bool, op: str) -> np.ndarray:
-    dims = rk.normalize_dims(dim, x.ndim, op)
-    if x.size == 0 or (x.ndim and builtins.any(x.shape[d] == 0 for d in dims)):
-        kept = tuple(s for d, s in enumerate(x.shape) if d not in dims)
-        return np.full(rk.keep_shape(x.shape, dims, keepdim, kept), np.nan, x.dtype)
-    return _reduce(x, dims, keepdim, op, rk.var_arb, float(correction))
+def _variance_kind(op: str, root: bool) -> Opaque:
+    plan = _plan(op)
+    return Opaque(native=rk.variance_native, static=lambda attrs, shapes: (
+        *plan(attrs, shapes), float(attrs["correction"]), root))
 
 
-@kernel("var")
+_VAR, _STD = _variance_kind("var", False), _variance_kind("std", True)
+
+
+@kernel("var", kind=_VAR)
 def _var_kernel(x, dim, correction, keepdim):
-    return _variance(x, dim, correction, keepdim, "var")
+    return call_native(_VAR, (x,), {"dim": dim, "correction": correction, "keepdim": keepdim})
 
 
-@kernel("std")
+@kernel("std", kind=_STD)
 def _std_kernel(x, dim, correction, keepdim):
-    return np.sqrt(_variance(x, dim, correction, keepdim, "std"))
+    return call_native(_STD, (x,), {"dim": dim, "correction": correction, "keepdim": keepdim})
 
 
 def _var_args(op: str, self, dim, correction, keepdim, unbiased, axis):
@@ -444,13 +467,12 @@ def std(self: Tensor, dim=None, correction: float = 1, keepdim: bool = False, *,
 
 
 # ------------------------------------------------------------------ logsumexp, norm
-@kernel("logsumexp")
+_LOGSUMEXP = Opaque(native=rk.logsumexp_native, static=_plan("logsumexp"))
+
+
+@kernel("logsumexp", kind=_LOGSUMEXP)
 def _logsumexp_kernel(x, dim, keepdim):
-    dims = rk.normalize_dims(dim, x.ndim, "logsumexp")
-    if x.ndim and builtins.any(x.shape[d] == 0 for d in dims) or x.size == 0:
-        kept = tuple(s for d, s in enumerate(x.shape) if d not in dims)
-        return np.full(rk.keep_shape(x.shape, dims, keepdim, kept), -np.inf, x.dtype)
-    return _reduce(x, dims, keepdim, "logsumexp", rk.logsumexp_arb)
+    return call_native(_LOGSUMEXP, (x,), {"dim": dim, "keepdim": keepdim})
 
 
 @op_function("logsumexp")
@@ -458,22 +480,27 @@ def logsumexp(self: Tensor, dim=None, keepdim: bool = False, *, axis=None) -> Te
     """``log(sum(exp(x)))`` over ``dim``, computed stably (the maximum is taken out)."""
     self = as_tensor(self)
     if self.dtype.kind != "f":
-        from .convert import to_dtype
         self = to_dtype(self, dtypes.float64)
     return apply(get("logsumexp"), (self, _norm_dim_attr(_dims_arg(dim, axis)),
                                     bool(keepdim)))
 
 
-@kernel("norm")
-def _norm_kernel(x, p, dim, keepdim, dtype):
-    if dtype is not None and x.dtype != dtype:
-        x = x.astype(dtype)
-    dims = rk.normalize_dims(dim, x.ndim, "norm")
-    if math.isinf(p) and (x.size == 0 or builtins.any(x.shape[d] == 0 for d in dims
-                                                      if d < x.ndim)):  # 0-d: dims (0,)
+def _norm_static(attrs: dict, shapes: tuple) -> tuple:
+    shape, p = shapes[0], float(attrs["p"])
+    dims = rk.normalize_dims(attrs["dim"], len(shape), "norm")
+    if math.isinf(p) and (math.prod(shape) == 0 or builtins.any(shape[d] == 0 for d in dims
+                                                                if d < len(shape))):
         raise IndexError(f"norm: the infinity norm of a zero-size reduction is undefined "
-                         f"(shape {x.shape}, dims {dims})")
-    return _reduce(x, dims, keepdim, "norm", rk.norm_arb, float(p))
+                         f"(shape {shape}, dims {dims})")
+    return (*rk.arb_plan(shape, dims, attrs["keepdim"]), p, attrs["dtype"])
+
+
+_NORM = Opaque(native=rk.norm_native, static=_norm_static)
+
+
+@kernel("norm", kind=_NORM)
+def _norm_kernel(x, p, dim, keepdim, dtype):
+    return call_native(_NORM, (x,), {"p": p, "dim": dim, "keepdim": keepdim, "dtype": dtype})
 
 
 @op_function("norm")
@@ -495,25 +522,27 @@ def norm(self: Tensor, p="fro", dim=None, keepdim: bool = False, dtype=None, *,
 
 
 # ------------------------------------------------------------------ scans
-def _scan_along(x: np.ndarray, dim: int, dtype, fn) -> np.ndarray:
-    out_dtype = dtype if dtype is not None else _sum_dtype(x.dtype)
-    if x.dtype != out_dtype:
-        x = x.astype(out_dtype)
-    flat, A, R, B, _ = rk.arb_view(x, (dim,))
-    acc = np.empty(B, np.float64 if out_dtype.kind == "f" else np.int64)
-    out = np.empty(flat.size, out_dtype)
-    fn(flat, A, R, B, acc, out)
-    return out.reshape(x.shape)
+def _along(attrs: dict, shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """(A, R, B) of a C-contiguous array of ``shape`` around dimension ``attrs["dim"]``."""
+    return rk.arb_plan(shape, (attrs["dim"],) if shape else ())[1:4]
 
 
-@kernel("cumsum")
+def _cumulative_kind(product: bool) -> Opaque:
+    return Opaque(native=rk.cumulative_native, static=lambda attrs, shapes: (
+        *_along(attrs, shapes[0]), attrs["dtype"], product))
+
+
+_CUMSUM, _CUMPROD = _cumulative_kind(False), _cumulative_kind(True)
+
+
+@kernel("cumsum", kind=_CUMSUM)
 def _cumsum_kernel(x, dim, dtype):
-    return _scan_along(x, dim, dtype, rk.cumsum_arb)
+    return call_native(_CUMSUM, (x,), {"dim": dim, "dtype": dtype})
 
 
-@kernel("cumprod")
+@kernel("cumprod", kind=_CUMPROD)
 def _cumprod_kernel(x, dim, dtype):
-    return _scan_along(x, dim, dtype, rk.cumprod_arb)
+    return call_native(_CUMPROD, (x,), {"dim": dim, "dtype": dtype})
 
 
 def _scan_dim(op: str, self, dim, axis) -> tuple[Tensor, int]:
@@ -538,17 +567,17 @@ def cumprod(self: Tensor, dim: int | None = None, *, dtype=None, axis=None) -> T
     return apply(get("cumprod"), (self, dim, dtypes.as_dtype(dtype) if dtype else None))
 
 
-@kernel("scan")
+def _scan_static(attrs: dict, shapes: tuple) -> tuple:
+    shape = np.broadcast_shapes(*shapes)
+    return (shape, *_along(attrs, shape), bool(attrs["reverse"]))
+
+
+_SCAN = Opaque(native=rk.scan_native, static=_scan_static)
+
+
+@kernel("scan", kind=_SCAN)
 def _scan_kernel(b, a, dim, reverse):
-    shape = np.broadcast_shapes(b.shape, a.shape)
-    dtype = np.result_type(b, a)
-    b = c_contiguous(np.broadcast_to(b, shape), dtype)
-    a = c_contiguous(np.broadcast_to(a, shape), dtype)
-    fb, A, R, B, _ = rk.arb_view(b, (dim,))
-    fa = rk.arb_view(a, (dim,))[0]
-    out = np.empty(fb.size, dtype)
-    rk.scan_arb(fb, fa, A, R, B, bool(reverse), np.empty(B, dtype), out)
-    return out.reshape(shape)
+    return call_native(_SCAN, (b, a), {"dim": dim, "reverse": reverse})
 
 
 @op_function("scan")
@@ -564,22 +593,13 @@ def scan(self: Tensor, coef: Tensor, dim: int, reverse: bool = False) -> Tensor:
     return apply(get("scan"), (b, a, _one_dim(dim, len(shape), "scan"), bool(reverse)))
 
 
-@kernel("shift_along")
+_SHIFT = Opaque(native=rk.shift_native, static=lambda attrs, shapes: (
+    *_along(attrs, shapes[0]), int(attrs["offset"]), float(attrs["fill"])))
+
+
+@kernel("shift_along", kind=_SHIFT)
 def _shift_along_kernel(x, dim, offset, fill):
-    out = np.full(x.shape, fill, x.dtype)
-    n = x.shape[dim] if x.ndim else 1
-    if abs(offset) >= n:
-        return out
-    if x.ndim == 0:
-        return x.copy()
-    dst = [slice(None)] * x.ndim
-    src = [slice(None)] * x.ndim
-    if offset >= 0:
-        dst[dim], src[dim] = slice(offset, n), slice(0, n - offset)
-    else:
-        dst[dim], src[dim] = slice(0, n + offset), slice(-offset, n)
-    out[tuple(dst)] = x[tuple(src)]
-    return out
+    return call_native(_SHIFT, (x,), {"dim": dim, "offset": offset, "fill": fill})
 
 
 @op_function("shift_along")
@@ -592,32 +612,22 @@ def shift_along(self: Tensor, dim: int, offset: int, fill: float = 0.0) -> Tenso
 
 
 # ------------------------------------------------------------------ sort, topk
-def _sort_order(x: np.ndarray, descending: bool) -> np.ndarray:
-    """Stable argsort along the last axis; NaN sorts as the largest value (as torch)."""
-    if not descending:
-        return np.argsort(x, axis=-1, kind="stable")
-    if x.dtype.kind == "f":
-        return np.lexsort((-x, ~np.isnan(x)), axis=-1)  # NaN first, then descending
-    if x.dtype.kind == "b":
-        x = x.astype(np.int8)
-    return np.argsort(~x, axis=-1, kind="stable")  # ~x = -x - 1: decreasing, no overflow
+def _sorted_kind(op: str) -> Opaque:
+    def static(attrs: dict, shapes: tuple) -> tuple:
+        shape, dim = tuple(shapes[0]), attrs["dim"]
+        A, R, B = _along(attrs, shape)
+        k = R if op == "sort" or not shape else int(attrs["k"])
+        out_shape = shape[:dim] + (k,) + shape[dim + 1:] if shape else ()
+        return A, R, B, k, bool(attrs["descending" if op == "sort" else "largest"]), out_shape
+    return Opaque(native=rk.sorted_native, static=static)
 
 
-def _sorted_along(x: np.ndarray, dim: int, descending: bool, k: int | None = None):
-    if x.ndim == 0:
-        return x.copy(), np.zeros((), np.int64)
-    xm = np.moveaxis(x, dim, -1)
-    order = _sort_order(xm, descending)
-    if k is not None:
-        order = order[..., :k]
-    values = np.take_along_axis(xm, order, axis=-1)
-    return (c_contiguous(np.moveaxis(values, -1, dim)),
-            c_contiguous(np.moveaxis(order.astype(np.int64, copy=False), -1, dim)))
+_SORT, _TOPK = _sorted_kind("sort"), _sorted_kind("topk")
 
 
-@kernel("sort")
+@kernel("sort", kind=_SORT)
 def _sort_kernel(x, dim, descending, stable):
-    return _sorted_along(x, dim, descending)
+    return call_native(_SORT, (x,), {"dim": dim, "descending": descending})
 
 
 @op_function("sort")
@@ -630,9 +640,9 @@ def sort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = F
     return ValuesIndices(*apply(get("sort"), (self, dim, bool(descending), bool(stable))))
 
 
-@kernel("topk")
+@kernel("topk", kind=_TOPK)
 def _topk_kernel(x, k, dim, largest, sorted):  # noqa: A002 - torch's name
-    return _sorted_along(x, dim, largest, k)
+    return call_native(_TOPK, (x,), {"k": k, "dim": dim, "largest": largest})
 
 
 @op_function("topk")

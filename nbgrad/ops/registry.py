@@ -17,6 +17,9 @@ from ..errors import TableError
 from ..table import Entry, load_table
 from ..table.loader import parse_raw, table_path
 from ..table.schema import Param
+from ..tensor import Tensor
+from .arguments import reporting_argument_errors
+from .traits import OPAQUE, Kind
 
 TARGETS = ("cpu", "cuda")
 
@@ -27,7 +30,7 @@ class OpDef:
     __slots__ = ("name", "entry", "kernels", "view_of", "fn", "tensor_pos", "list_pos",
                  "attr_pos", "params", "diff_pos", "save_plan", "save_outputs",
                  "out_diff", "differentiable", "has_lists", "list_names", "record_plan",
-                 "attr_names", "all_tensors", "formula_names")
+                 "attr_names", "all_tensors", "formula_names", "kind")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -35,6 +38,8 @@ class OpDef:
         self.kernels: dict[str, Callable] = {}
         self.view_of: int | None = None
         self.fn: Callable | None = None
+        #: what executors need to know about the op (:mod:`nbgrad.ops.traits`)
+        self.kind: Kind = OPAQUE
 
     def kernel_for(self, target: str) -> Callable:
         k = self.kernels.get(target)
@@ -80,6 +85,9 @@ class OpDef:
 
 REGISTRY: dict[str, OpDef] = {}
 _TABLE: dict[str, Entry] = {}
+#: target -> ``adapt(op, fn)``, the callable stored for a kernel ``fn`` of that target (set
+#: by the target's package: CUDA kernels upload host constants first)
+ADAPTERS: dict[str, Callable[[OpDef, Callable], Callable]] = {}
 #: plain functions of metadata (shapes, dims) that formulas may call
 FORMULA_HELPERS: dict[str, Callable] = {}
 
@@ -90,6 +98,16 @@ def formula_helper(fn: Callable) -> Callable:
     return fn
 
 
+#: composite backward helpers: Python functions over table ops that formulas may call
+BACKWARD_HELPERS: dict[str, Callable] = {}
+
+
+def backward_helper(fn: Callable) -> Callable:
+    """Let formulas call ``fn``, a composite of table ops (:mod:`nbgrad.ops.backward`)."""
+    BACKWARD_HELPERS[fn.__name__] = fn
+    return fn
+
+
 def get(name: str) -> OpDef:
     op = REGISTRY.get(name)
     if op is None:
@@ -97,21 +115,41 @@ def get(name: str) -> OpDef:
     return op
 
 
-def kernel(name: str, target: str = "cpu", view_of: int | None = None):
+def kind_of(name: str) -> Kind:
+    """The declared kind of op ``name``; :data:`~nbgrad.ops.traits.OPAQUE` for a name
+    that is no registered op (a jit loop, a custom Function)."""
+    op = REGISTRY.get(name)
+    return OPAQUE if op is None else op.kind
+
+
+def kernel(name: str, target: str = "cpu", view_of: int | None = None,
+           kind: Kind | None = None):
     """Register ``fn`` as the ``target`` kernel of op ``name``.
 
     A kernel takes the op's arguments in table order, with arrays in place of
     tensors, and returns an array or a tuple of arrays. ``view_of=i`` says the
     output shares memory with argument ``i`` (it then shares its version counter).
+    Kernels of other targets may load after :func:`bind_table` (CUDA's do): one for an
+    op without a table entry then raises :class:`~nbgrad.errors.TableError` at once.
+    ``kind`` (with the CPU kernel) declares what executors need to know about the op
+    (:mod:`nbgrad.ops.traits`); an op without one is :class:`~nbgrad.ops.traits.Opaque`.
     """
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}")
+    if kind is not None and target != "cpu":
+        raise ValueError(f"kernel {name!r}: declare the op's kind with its CPU kernel")
 
     def register(fn: Callable) -> Callable:
+        if target != "cpu" and _TABLE and name not in _TABLE:  # loaded after bind_table
+            raise TableError(f"{target.upper()} kernel for op {name!r} has no "
+                             "derivatives.yaml entry")
         op = get(name)
-        op.kernels[target] = fn
+        adapt = ADAPTERS.get(target)
+        op.kernels[target] = fn if adapt is None else adapt(op, fn)
         if view_of is not None:
             op.view_of = view_of
+        if kind is not None:
+            op.kind = kind
         return fn
 
     return register
@@ -126,7 +164,6 @@ def op_function(name: str):
     """
 
     def register(fn: Callable) -> Callable:
-        from .arguments import reporting_argument_errors
         op = get(name)
         op.fn = fn
         return reporting_argument_errors(fn, op)
@@ -158,13 +195,11 @@ def _check_function(op: OpDef, entry: Entry) -> None:
 
 
 def _is_tensor(value: object) -> bool:
-    from ..tensor import Tensor
     return isinstance(value, Tensor)
 
 
 def bind_table(path=None) -> dict[str, Entry]:
     """Load the table and cross-check it against the registered kernels and functions."""
-    from ..tensor import Tensor
     _is_tensor.tensor_type = Tensor  # lets formulas test types without a call
     text = (path or table_path()).read_text()
     raw_entries = parse_raw(text)
@@ -172,7 +207,8 @@ def bind_table(path=None) -> dict[str, Entry]:
              for raw in raw_entries if isinstance(raw, dict) and "name" in raw}
     entries = load_table(is_op=names.__contains__, resolve=resolve,
                          is_tensor=_is_tensor, path=path,
-                         helpers=FORMULA_HELPERS, raw_entries=raw_entries)
+                         helpers=FORMULA_HELPERS, raw_entries=raw_entries,
+                         backward_helpers=BACKWARD_HELPERS)
     for name, entry in entries.items():
         op = REGISTRY.get(name)
         if op is None or "cpu" not in op.kernels:
@@ -185,3 +221,51 @@ def bind_table(path=None) -> dict[str, Entry]:
     _TABLE.clear()
     _TABLE.update(entries)
     return entries
+
+
+#: ops added by :func:`register_entries` (the only ones :func:`remove_ops` removes)
+_ADDED: set[str] = set()
+
+
+def register_entries(text: str) -> dict[str, Entry]:
+    """Add table entries for ops defined outside nbgrad; returns them by name.
+
+    ``text`` is YAML in the format of ``formulas/derivatives.yaml`` (a list of entries).
+    Each op needs its CPU kernel (``@kernel(name, kind=...)``) and its function
+    (``@op_function(name)``) registered first. The entries are checked as
+    :func:`bind_table` checks the table (formulas may call the table's ops and the ops
+    of ``text``); any failure raises :class:`~nbgrad.errors.TableError` naming the entry
+    and adds nothing. An op of the table cannot be registered again.
+    """
+    raw_entries = parse_raw(text)
+    names = {str(raw["name"]).split("(")[0].strip()
+             for raw in raw_entries if isinstance(raw, dict) and "name" in raw}
+    entries = load_table(is_op=lambda n: n in _TABLE or n in names, resolve=resolve,
+                         is_tensor=_is_tensor, helpers=FORMULA_HELPERS,
+                         raw_entries=raw_entries, backward_helpers=BACKWARD_HELPERS)
+    for name, entry in entries.items():
+        if name in _TABLE:
+            raise TableError(f"derivatives.yaml entry {name!r}: the table has this op "
+                             "already")
+        op = REGISTRY.get(name)
+        if op is None or "cpu" not in op.kernels:
+            raise TableError(f"derivatives.yaml entry {name!r} has no CPU kernel")
+        _check_function(op, entry)
+    for name, entry in entries.items():
+        REGISTRY[name].bind(entry)
+    _TABLE.update(entries)
+    _ADDED.update(entries)
+    return entries
+
+
+def remove_ops(*names: str) -> None:
+    """Forget ops added by :func:`register_entries` (or registered without an entry):
+    their entries, kernels, functions and kinds, e.g. a test's ops once it is done. An
+    op of nbgrad's own table raises ``ValueError``."""
+    unknown = [n for n in names if n not in _ADDED and n in _TABLE]
+    if unknown:
+        raise ValueError(f"remove_ops: {unknown} are ops of nbgrad's table")
+    for name in names:
+        _TABLE.pop(name, None)
+        REGISTRY.pop(name, None)
+        _ADDED.discard(name)

@@ -6,15 +6,20 @@ movement uses NumPy's copies (there is no arithmetic to compile).
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Sequence
 
 import numpy as np
 
-from ..kernels.layout import c_contiguous
+from .. import ops as _ops  # the package, resolved at call time (indexing imports shape)
+from ..kernels import matrix as mk
+from ..kernels.layout import c_contiguous, call_native
 from ..tensor import Tensor
+from .convert import to_dtype
 from .dispatch import apply, as_tensor, promote_operands
 from .registry import formula_helper, get, kernel, op_function
+from .traits import Broadcast, Fill, Join, Move, Opaque, Permute, View
 
 __all__ = [
     "broadcast_tensors",
@@ -73,7 +78,7 @@ def _dim(d: int, ndim: int, op: str) -> int:
 
 
 # ------------------------------------------------------------------ reshape family
-@kernel("reshape", view_of=0)
+@kernel("reshape", view_of=0, kind=View())
 def _reshape_kernel(x, shape):
     try:
         return x.reshape(shape)
@@ -93,7 +98,7 @@ def reshape(self: Tensor, *shape) -> Tensor:
     return apply(get("reshape"), (self, shape))
 
 
-@kernel("view", view_of=0)
+@kernel("view", view_of=0, kind=View())
 def _view_kernel(x, size):
     if not x.flags.c_contiguous:
         raise RuntimeError("view: the tensor is not contiguous; use reshape()")
@@ -106,7 +111,7 @@ def view(self: Tensor, *size) -> Tensor:
     return apply(get("view"), (self, _ints(size, "view")))
 
 
-@kernel("flatten", view_of=0)
+@kernel("flatten", view_of=0, kind=View())
 def _flatten_kernel(x, start_dim, end_dim):
     if x.ndim == 0:
         return x.reshape(1)
@@ -129,7 +134,19 @@ def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     return apply(get("flatten"), (self, s, e))
 
 
-@kernel("permute", view_of=0)
+def _permute_perm(attrs: dict, ndim: int) -> tuple[int, ...]:
+    return tuple(int(d) % ndim for d in attrs["dims"]) if ndim else ()
+
+
+def _transpose_perm(attrs: dict, ndim: int) -> tuple[int, ...]:
+    perm = list(range(ndim))
+    if ndim:
+        d0, d1 = attrs["dim0"] % ndim, attrs["dim1"] % ndim
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+    return tuple(perm)
+
+
+@kernel("permute", view_of=0, kind=Permute(_permute_perm))
 def _permute_kernel(x, dims):
     return np.transpose(x, dims)
 
@@ -151,7 +168,7 @@ def permute(self: Tensor, *dims) -> Tensor:
     return apply(get("permute"), (self, tuple(d % max(self.ndim, 1) for d in dims)))
 
 
-@kernel("transpose", view_of=0)
+@kernel("transpose", view_of=0, kind=Permute(_transpose_perm))
 def _transpose_kernel(x, dim0, dim1):
     return np.swapaxes(x, dim0, dim1) if x.ndim else x.view()  # 0-d: dims 0 and -1 allowed
 
@@ -175,7 +192,7 @@ def t(self: Tensor) -> Tensor:
     return transpose(self, 0, 1) if self.ndim == 2 else self
 
 
-@kernel("squeeze", view_of=0)
+@kernel("squeeze", view_of=0, kind=View())
 def _squeeze_kernel(x, dim):
     dims = tuple(i for i, s in enumerate(x.shape) if s == 1 and (dim is None or i in dim))
     return np.squeeze(x, axis=dims) if dims else x.view()
@@ -190,7 +207,7 @@ def squeeze(self: Tensor, dim=None) -> Tensor:
     return apply(get("squeeze"), (self, dim))
 
 
-@kernel("unsqueeze", view_of=0)
+@kernel("unsqueeze", view_of=0, kind=View())
 def _unsqueeze_kernel(x, dim):
     return np.expand_dims(x, dim)
 
@@ -201,7 +218,7 @@ def unsqueeze(self: Tensor, dim: int) -> Tensor:
     return apply(get("unsqueeze"), (self, _dim(dim, self.ndim + 1, "unsqueeze")))
 
 
-@kernel("expand", view_of=0)
+@kernel("expand", view_of=0, kind=Broadcast())
 def _expand_kernel(x, size):
     try:
         return np.broadcast_to(x, size)
@@ -222,7 +239,7 @@ def expand(self: Tensor, *size) -> Tensor:
     return apply(get("expand"), (self, size))
 
 
-@kernel("broadcast_to", view_of=0)
+@kernel("broadcast_to", view_of=0, kind=Broadcast())
 def _broadcast_to_kernel(x, size):
     return _expand_kernel(x, size)
 
@@ -245,7 +262,7 @@ def broadcast_tensors(*tensors: Tensor) -> tuple[Tensor, ...]:
     return tuple(expand(t, shape) for t in tensors)
 
 
-@kernel("contiguous")
+@kernel("contiguous", kind=View())
 def _contiguous_kernel(x):
     return c_contiguous(x) if not x.flags.c_contiguous else x.copy()
 
@@ -276,7 +293,7 @@ def _check_list(tensors, op: str) -> list[Tensor]:
     return promote_operands(*tensors)
 
 
-@kernel("cat")
+@kernel("cat", kind=Join())
 def _cat_kernel(tensors, dim):
     try:
         return np.concatenate(tensors, axis=dim)
@@ -300,7 +317,7 @@ def concatenate(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     return cat(tensors, axis)
 
 
-@kernel("stack")
+@kernel("stack", kind=Join(stack=True))
 def _stack_kernel(tensors, dim):
     try:
         return np.stack(tensors, axis=dim)
@@ -317,7 +334,7 @@ def stack(tensors: Sequence[Tensor], dim: int = 0, *, axis=None) -> Tensor:
     return apply(get("stack"), (ts, d))
 
 
-@kernel("split_with_sizes", view_of=0)
+@kernel("split_with_sizes", view_of=0, kind=Move())
 def _split_with_sizes_kernel(x, split_sizes, dim):
     if sum(split_sizes) != x.shape[dim]:
         raise RuntimeError(
@@ -344,7 +361,7 @@ def _split_sizes(n: int, split_size_or_sections) -> list[int]:
     return [int(s) for s in split_size_or_sections]
 
 
-@kernel("split", view_of=0)
+@kernel("split", view_of=0, kind=Move())
 def _split_kernel(x, split_size_or_sections, dim):
     return _split_with_sizes_kernel(x, _split_sizes(x.shape[dim], split_size_or_sections), dim)
 
@@ -359,7 +376,7 @@ def split(self: Tensor, split_size_or_sections, dim: int = 0) -> tuple[Tensor, .
     return apply(get("split"), (self, sizes, d))
 
 
-@kernel("unbind", view_of=0)
+@kernel("unbind", view_of=0, kind=Move())
 def _unbind_kernel(x, dim):
     return [x[(slice(None),) * dim + (i,)] for i in range(x.shape[dim])]
 
@@ -371,7 +388,7 @@ def unbind(self: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
 
 
 # ------------------------------------------------------------------ like-factories
-@kernel("zeros_like")
+@kernel("zeros_like", kind=Fill(0.0))
 def _zeros_like_kernel(x):
     return np.zeros(x.shape, x.dtype)
 
@@ -383,7 +400,7 @@ def zeros_like(self: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
     return _finish_like(out, dtype, requires_grad)
 
 
-@kernel("ones_like")
+@kernel("ones_like", kind=Fill(1.0))
 def _ones_like_kernel(x):
     return np.ones(x.shape, x.dtype)
 
@@ -397,8 +414,6 @@ def ones_like(self: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
 
 def _finish_like(out: Tensor, dtype, requires_grad: bool) -> Tensor:
     if dtype is not None:
-        from .convert import to_dtype
-
         out = to_dtype(out, dtype)
     if requires_grad:
         out.requires_grad_(True)
@@ -422,7 +437,7 @@ def negated(values) -> tuple[int, ...]:
     return tuple(-int(v) for v in values)
 
 
-@kernel("flip")
+@kernel("flip", kind=Move())
 def _flip_kernel(x, dims):
     return c_contiguous(np.flip(x, dims)) if dims else x.copy()
 
@@ -438,7 +453,7 @@ def flip(self: Tensor, *dims, axis=None) -> Tensor:
     return apply(get("flip"), (self, norm if self.ndim else ()))
 
 
-@kernel("roll")
+@kernel("roll", kind=Move())
 def _roll_kernel(x, shifts, dims):
     return np.roll(x, shifts, axis=dims)
 
@@ -463,7 +478,7 @@ def roll(self: Tensor, shifts, dims=None, *, axis=None) -> Tensor:
     return apply(get("roll"), (self, tuple(int(s) for s in shifts), dims))
 
 
-@kernel("chunk", view_of=0)
+@kernel("chunk", view_of=0, kind=Move())
 def _chunk_kernel(x, chunks, dim):
     n = x.shape[dim]
     if n == 0:
@@ -501,7 +516,7 @@ def _tile_array(x: np.ndarray, reps) -> np.ndarray:
     return np.tile(x.reshape((1,) * lead + x.shape), reps)
 
 
-@kernel("repeat")
+@kernel("repeat", kind=Move())
 def _repeat_kernel(x, repeats):
     return _tile_array(x, repeats)
 
@@ -525,7 +540,7 @@ def repeat(self: Tensor, *repeats) -> Tensor:
     return apply(get("repeat"), (self, reps))
 
 
-@kernel("tile")
+@kernel("tile", kind=Move())
 def _tile_kernel(x, dims):
     return _tile_array(x, dims)
 
@@ -548,9 +563,20 @@ def _check_matrix(self: Tensor, op: str) -> None:
                            f"{self.shape}")
 
 
-@kernel("tril")
+def _triangle_kind(lower: bool) -> Opaque:
+    def static(attrs: dict, shapes: tuple) -> tuple:
+        shape = shapes[0]
+        return (int(attrs["diagonal"]), lower,
+                (math.prod(shape[:-2]), *shape[-2:]))
+    return Opaque(native=mk.triangle_native, static=static)
+
+
+_TRIL, _TRIU = _triangle_kind(True), _triangle_kind(False)
+
+
+@kernel("tril", kind=_TRIL)
 def _tril_kernel(x, diagonal):
-    return np.tril(x, diagonal)
+    return call_native(_TRIL, (x,), {"diagonal": diagonal})
 
 
 @op_function("tril")
@@ -561,9 +587,9 @@ def tril(self: Tensor, diagonal: int = 0) -> Tensor:
     return apply(get("tril"), (self, int(diagonal)))
 
 
-@kernel("triu")
+@kernel("triu", kind=_TRIU)
 def _triu_kernel(x, diagonal):
-    return np.triu(x, diagonal)
+    return call_native(_TRIU, (x,), {"diagonal": diagonal})
 
 
 @op_function("triu")
@@ -583,22 +609,34 @@ def _pad_pairs(pad, ndim: int) -> list[tuple[int, int, int]]:
     return [(ndim - 1 - k, int(pad[2 * k]), int(pad[2 * k + 1])) for k in range(len(pad) // 2)]
 
 
-@kernel("pad")
+def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(math.prod(shape[d + 1:]) for d in range(len(shape)))
+
+
+def _pad_static(attrs: dict, shapes: tuple) -> tuple:
+    """``pad_native``'s constants: the output shape and the block of the input it holds."""
+    if attrs["mode"] != "constant":
+        raise RuntimeError(f"pad: the kernel only pads in constant mode, got {attrs['mode']!r}")
+    shape = tuple(shapes[0])
+    out, extent = list(shape), list(shape)
+    src, dst = [0] * len(shape), [0] * len(shape)
+    for d, lo, hi in _pad_pairs(attrs["pad"], len(shape)):
+        n = shape[d]
+        out[d] = n + lo + hi
+        src[d], dst[d] = max(-lo, 0), max(lo, 0)
+        extent[d] = max(n - max(-lo, 0) - max(-hi, 0), 0)
+    value = attrs["value"]
+    return (tuple(out), tuple(extent) or (1,), tuple(src) or (0,), tuple(dst) or (0,),
+            _strides(shape) or (1,), _strides(tuple(out)) or (1,),
+            0.0 if value is None else float(value))
+
+
+_PAD = Opaque(native=mk.pad_native, static=_pad_static)
+
+
+@kernel("pad", kind=_PAD)
 def _pad_kernel(x, pad, mode, value):
-    if mode != "constant":
-        raise RuntimeError(f"pad: the kernel only pads in constant mode, got {mode!r}")
-    pairs = _pad_pairs(pad, x.ndim)
-    shape = list(x.shape)
-    src = [slice(None)] * x.ndim
-    dst = [slice(None)] * x.ndim
-    for d, lo, hi in pairs:
-        n = x.shape[d]
-        shape[d] = n + lo + hi
-        src[d] = slice(max(-lo, 0), n - max(-hi, 0))
-        dst[d] = slice(max(lo, 0), max(lo, 0) + max(n - max(-lo, 0) - max(-hi, 0), 0))
-    out = np.full(tuple(shape), 0 if value is None else value, x.dtype)
-    out[tuple(dst)] = x[tuple(src)]
-    return out
+    return call_native(_PAD, (x,), {"pad": pad, "mode": mode, "value": value})
 
 
 def _pad_index(n: int, lo: int, hi: int, mode: str) -> np.ndarray:
@@ -637,10 +675,8 @@ def pad(self: Tensor, pad, mode: str = "constant", value: float | None = None) -
         return apply(get("pad"), (self, pad, mode, None if value is None else float(value)))
     if value not in (None, 0):
         raise RuntimeError(f"pad: value is only used in constant mode (mode={mode!r})")
-    from .indexing import index
-
     out = self
     for d, lo, hi in pairs:
         if lo or hi:
-            out = index(out, (slice(None),) * d + (_pad_index(self.shape[d], lo, hi, mode),))
+            out = _ops.index(out, (slice(None),) * d + (_pad_index(self.shape[d], lo, hi, mode),))
     return out

@@ -2,19 +2,22 @@
 
 A formula such as ``grad * cos(self)`` is parsed into an AST, every node is checked
 against :data:`ALLOWED_NODES`, and operators and calls are rewritten into calls of
-registered ops. The rewritten tree is compiled into a small Python function whose
-parameters are the formula's free names. Nothing from the table is ever passed to
-``eval``: only trees that passed the allowlist are compiled.
+registered ops, metadata helpers (functions of shapes) or composite backward helpers
+(Python over table ops, :mod:`nbgrad.table.composite`). The rewritten tree is
+compiled into a small Python function whose parameters are the formula's free names.
+Nothing from the table is ever passed to ``eval``: only trees that passed the
+allowlist are compiled.
 """
 
 from __future__ import annotations
 
 import ast
-import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..errors import TableError
+from .composite import helper_ops
+from .operators import ALLOWED_ATTRIBUTES, BINARY_OPS, COMPARE_OPS, UNARY_OPS
 
 ALLOWED_NODES = (
     ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call, ast.Name, ast.Load,
@@ -23,34 +26,6 @@ ALLOWED_NODES = (
     ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.MatMult, ast.BitAnd, ast.BitOr,
     ast.USub, ast.UAdd, ast.Invert,
     ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Is, ast.IsNot,
-)
-
-#: attributes a formula may read from a tensor: metadata only
-ALLOWED_ATTRIBUTES = frozenset({"shape", "ndim", "dtype"})
-
-BINARY_OPS = {
-    ast.Add: ("add", operator.add),
-    ast.Sub: ("sub", operator.sub),
-    ast.Mult: ("mul", operator.mul),
-    ast.Div: ("div", operator.truediv),
-    ast.Pow: ("pow", operator.pow),
-    ast.MatMult: ("matmul", operator.matmul),
-    ast.BitAnd: ("logical_and", operator.and_),
-    ast.BitOr: ("logical_or", operator.or_),
-}
-COMPARE_OPS = {
-    ast.Eq: ("eq", operator.eq),
-    ast.NotEq: ("ne", operator.ne),
-    ast.Lt: ("lt", operator.lt),
-    ast.LtE: ("le", operator.le),
-    ast.Gt: ("gt", operator.gt),
-    ast.GtE: ("ge", operator.ge),
-}
-UNARY_OPS = {ast.USub: ("neg", operator.neg), ast.Invert: ("logical_not", operator.invert)}
-
-#: every op a formula's operators can turn into
-OPERATOR_OPS = frozenset(
-    name for name, _ in [*BINARY_OPS.values(), *COMPARE_OPS.values(), *UNARY_OPS.values()]
 )
 
 
@@ -67,6 +42,8 @@ class Formula:
     source: str = ""  # the compiled function's text (a function named ``formula``)
     called: frozenset[str] = field(default_factory=frozenset)  # ops called by name
     helpers_used: frozenset[str] = field(default_factory=frozenset)
+    #: composite backward helpers it calls (their ops are in ``ops``)
+    backward_helpers_used: frozenset[str] = field(default_factory=frozenset)
 
 
 def _dotted_name(node: ast.AST) -> str | None:
@@ -82,12 +59,14 @@ class _Rewriter(ast.NodeTransformer):
     """Turn operators and op calls into calls of ``__op`` helpers bound at compile time."""
 
     def __init__(self, where: str, scope: frozenset[str], is_op: Callable[[str], bool],
-                 helpers: frozenset[str]):
+                 helpers: frozenset[str], backward_helpers: frozenset[str] = frozenset()):
         self.where = where
         self.scope = scope
         self.is_op = is_op
         self.helpers = helpers
+        self.backward_helpers = backward_helpers
         self.helpers_used: set[str] = set()
+        self.backward_used: set[str] = set()
         self._meta_depth = 0
         self.ops: set[str] = set()
         self.called: set[str] = set()
@@ -138,15 +117,24 @@ class _Rewriter(ast.NodeTransformer):
             args = [self.visit(a) for a in node.args]
             self._meta_depth -= 1
             return self._call(f"__hlp_{name}", args)
-        if not self.is_op(name):
+        if name in self.backward_helpers:
+            # composite backward helpers: their arguments count as values (like an op's)
+            self.backward_used.add(name)
+            target = f"__bwd_{name}"
+        elif self.is_op(name):
+            self.ops.add(name)
+            self.called.add(name)
+            target = f"__op_{name.replace('.', '__')}"
+        else:
             raise self._fail(node, f"unknown op {name!r}")
-        self.ops.add(name)
-        self.called.add(name)
-        args = [self.visit(a) for a in node.args]
-        keywords = [ast.keyword(arg=k.arg, value=self.visit(k.value)) for k in node.keywords]
         if any(k.arg is None for k in node.keywords):
             raise self._fail(node, "** arguments are not allowed")
-        return self._call(f"__op_{name.replace('.', '__')}", args, keywords)
+        # an op or helper reads its tensors' values, even inside a metadata helper's call
+        depth, self._meta_depth = self._meta_depth, 0
+        args = [self.visit(a) for a in node.args]
+        keywords = [ast.keyword(arg=k.arg, value=self.visit(k.value)) for k in node.keywords]
+        self._meta_depth = depth
+        return self._call(target, args, keywords)
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
         if node.attr not in ALLOWED_ATTRIBUTES:
@@ -213,10 +201,13 @@ def _python_or_op(op_name: str, py_op: Callable, resolve: Callable[[str], Callab
 
 
 def bind_names(namespace: dict, called, helpers_used, resolve: Callable,
-               helpers: dict[str, Callable]) -> None:
-    """Put the ops and metadata helpers a formula calls into its namespace."""
+               helpers: Mapping[str, Callable], backward_used=(),
+               backward_helpers: Mapping[str, Callable] | None = None) -> None:
+    """Put the ops and the metadata and backward helpers a formula calls into its namespace."""
     for name in helpers_used:
         namespace[f"__hlp_{name}"] = helpers[name]
+    for name in backward_used:
+        namespace[f"__bwd_{name}"] = backward_helpers[name]
     for name in called:
         namespace[f"__op_{name.replace('.', '__')}"] = _LazyOp(name, resolve)
 
@@ -243,27 +234,34 @@ def operator_namespace(resolve: Callable, is_tensor: Callable) -> dict:
 def compile_formula(text: str, where: str, scope: frozenset[str],
                     is_op: Callable[[str], bool], resolve: Callable[[str], Callable],
                     is_tensor: Callable[[object], bool],
-                    helpers: dict[str, Callable] | None = None) -> Formula:
+                    helpers: Mapping[str, Callable] | None = None,
+                    backward_helpers: Mapping[str, Callable] | None = None) -> Formula:
     """Parse, check and compile one formula.
 
     ``scope`` is the set of names the formula may read; ``is_op`` says whether a
     called name is a registered op; ``resolve`` returns an op's function (looked up
     at the first call, so the table can load before the ops). ``helpers`` are plain
-    functions of metadata (shapes, dims) that formulas may call.
+    functions of metadata (shapes, dims) that formulas may call; ``backward_helpers``
+    are composites of table ops (:mod:`nbgrad.table.composite`), whose tensor
+    arguments are saved as values and whose ops count as the formula's.
     """
     helpers = helpers or {}
+    backward_helpers = backward_helpers or {}
     try:
         tree = ast.parse(str(text).strip(), mode="eval")
     except SyntaxError as exc:
         raise TableError(f"{where}: formula {text!r} is not an expression: {exc.msg}") from exc
-    rewriter = _Rewriter(where, scope, is_op, frozenset(helpers))
+    rewriter = _Rewriter(where, scope, is_op, frozenset(helpers), frozenset(backward_helpers))
     body = rewriter.visit(tree.body)
+    for name in rewriter.backward_used:
+        rewriter.ops |= helper_ops(name, backward_helpers, helpers, is_op, where)
     arg_names = tuple(sorted(rewriter.names))
     # The checked, rewritten tree is turned back into text and compiled (C-fast, and
     # the same code as compiling the tree; nothing of the raw table text is evaluated).
     source = f"def formula({', '.join(arg_names)}):\n    return {ast.unparse(body)}\n"
     namespace = dict(operator_namespace(resolve, is_tensor))
-    bind_names(namespace, rewriter.called, rewriter.helpers_used, resolve, helpers)
+    bind_names(namespace, rewriter.called, rewriter.helpers_used, resolve, helpers,
+               rewriter.backward_used, backward_helpers)
     code = compile(source, filename=f"<formula {where}>", mode="exec")
     exec(code, namespace)  # the tree passed the allowlist above  # noqa: S102
     return Formula(
@@ -276,6 +274,7 @@ def compile_formula(text: str, where: str, scope: frozenset[str],
         source=source,
         called=frozenset(rewriter.called),
         helpers_used=frozenset(rewriter.helpers_used),
+        backward_helpers_used=frozenset(rewriter.backward_used),
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,8 +85,9 @@ def _scope(schema: Schema) -> frozenset[str]:
 
 def build_entry(raw: dict, is_op: Callable[[str], bool], resolve: Callable[[str], Callable],
                 is_tensor: Callable[[object], bool],
-                helpers: dict[str, Callable] | None = None,
-                compile_fn: Callable = compile_formula) -> Entry:
+                helpers: Mapping[str, Callable] | None = None,
+                compile_fn: Callable = compile_formula,
+                backward_helpers: Mapping[str, Callable] | None = None) -> Entry:
     if not isinstance(raw, dict) or "name" not in raw:
         raise TableError(f"table entry without a name: {raw!r}")
     schema = parse_schema(str(raw["name"]))
@@ -109,7 +110,7 @@ def build_entry(raw: dict, is_op: Callable[[str], bool], resolve: Callable[[str]
             nondiff_inputs.add(key)
             continue
         formulas[key] = compile_fn(str(value), f"{where}, input {key!r}", scope,
-                                   is_op, resolve, is_tensor, helpers)
+                                   is_op, resolve, is_tensor, helpers, backward_helpers)
     if not not_diff:
         missing = tensor_params - set(formulas) - nondiff_inputs
         if missing:
@@ -129,14 +130,31 @@ def build_entry(raw: dict, is_op: Callable[[str], bool], resolve: Callable[[str]
                  not_differentiable=not_diff, doc=str(raw.get("doc", "")))
 
 
+def _check_helper_names(is_op: Callable[[str], bool], helpers: Mapping[str, Callable],
+                       backward_helpers: Mapping[str, Callable]) -> None:
+    """A name calls one thing: an op, a metadata helper or a backward helper."""
+    for name in backward_helpers:
+        if is_op(name) or name in helpers:
+            what = "an op" if is_op(name) else "a metadata helper"
+            raise TableError(f"backward helper {name!r} has the name of {what}")
+    for name in helpers:
+        if is_op(name):
+            raise TableError(f"metadata helper {name!r} has the name of an op")
+
+
 def load_table(is_op: Callable[[str], bool], resolve: Callable[[str], Callable],
                is_tensor: Callable[[object], bool], path: Path | None = None,
-               helpers: dict[str, Callable] | None = None,
+               helpers: Mapping[str, Callable] | None = None,
                raw_entries: list[dict] | None = None,
-               compile_fn: Callable = compile_formula) -> dict[str, Entry]:
+               compile_fn: Callable = compile_formula,
+               backward_helpers: Mapping[str, Callable] | None = None) -> dict[str, Entry]:
+    """Build every entry; ``helpers`` and ``backward_helpers`` are what formulas may call
+    besides ops (metadata functions, and composites of table ops)."""
+    _check_helper_names(is_op, helpers or {}, backward_helpers or {})
     entries: dict[str, Entry] = {}
     for raw in raw_entries if raw_entries is not None else read_raw(path):
-        entry = build_entry(raw, is_op, resolve, is_tensor, helpers, compile_fn)
+        entry = build_entry(raw, is_op, resolve, is_tensor, helpers, compile_fn,
+                            backward_helpers)
         if entry.name in entries:
             raise TableError(f"derivatives.yaml: entry {entry.name!r} appears twice")
         entries[entry.name] = entry

@@ -11,10 +11,11 @@ from .core import (
     Sample,
     all_records,
     binary_samples,
+    float_tensor_call,
     make_inputs,
     sample_array,
     unary_samples,
 )
 
-__all__ = ["DOMAINS", "OpRecord", "Sample", "all_records", "binary_samples", "make_inputs",
-           "sample_array", "unary_samples"]
+__all__ = ["DOMAINS", "OpRecord", "Sample", "all_records", "binary_samples",
+           "float_tensor_call", "make_inputs", "sample_array", "unary_samples"]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..ops.registry import REGISTRY
 from ..tensor import Tensor
 
 
@@ -42,7 +43,6 @@ class OpRecord:
     def function(self) -> Callable:
         if self.call is not None:
             return self.call
-        from ..ops.registry import REGISTRY
         return REGISTRY[self.name].fn
 
 
@@ -110,6 +110,36 @@ def make_inputs(sample: Sample, dtype=np.float64, requires_grad: bool = True
                                (sample.diff is None or i in sample.diff)))
     kwargs = {k: _to_tensor(v, dtype, False) for k, v in sample.kwargs.items()}
     return tuple(args), kwargs
+
+
+def float_tensor_call(rec: OpRecord, sample: Sample) -> tuple[Callable, list[Tensor]]:
+    """The op of ``rec`` as a function of the sample's floating tensor arguments only (the
+    rest, integer targets and indices included, closed over as constants), and those
+    tensors: what the jit tests trace."""
+    fn = rec.function()
+    args, kwargs = make_inputs(sample, requires_grad=False)
+    slots, tensors = [], []
+    for i, a in enumerate(args):
+        if isinstance(a, Tensor) and a.dtype.kind == "f":
+            slots.append((i, None))
+            tensors.append(a)
+        elif isinstance(a, list) and a and all(isinstance(t, Tensor) and t.dtype.kind == "f"
+                                               for t in a):
+            slots.append((i, len(a)))
+            tensors.extend(a)
+
+    def call(*ts):
+        full, k = list(args), 0
+        for i, n in slots:
+            if n is None:
+                full[i] = ts[k]
+                k += 1
+            else:
+                full[i] = list(ts[k:k + n])
+                k += n
+        return fn(*full, **kwargs)
+
+    return call, tensors
 
 
 def _to_tensor(value, dtype, requires_grad: bool):

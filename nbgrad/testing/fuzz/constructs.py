@@ -13,6 +13,8 @@ import numpy as np
 from ... import ops as nb
 from ...autograd import Function
 from ...factories import tensor
+from ...jit import fori_loop
+from ...jit import scan as _scan
 
 
 class Softclip(Function):
@@ -95,7 +97,6 @@ SCAN_BODIES: dict[str, tuple[Callable, str]] = {
 
 def fori(xs, params):
     """``fori_loop(0, n, body, xs[0])`` closing over ``xs[1]``."""
-    from ...jit import fori_loop
     n, body = params
     fn = FORI_BODIES[body][0]
     w = xs[1]
@@ -104,7 +105,6 @@ def fori(xs, params):
 
 def scan(xs, params):
     """``scan(body, xs[0], xs[1])``: the final carry or the stacked outputs."""
-    from ...jit import scan as _scan
     body, output, reverse = params
     carry, ys = _scan(SCAN_BODIES[body][0], xs[0], xs[1], reverse=reverse)
     return carry if output == "carry" else ys

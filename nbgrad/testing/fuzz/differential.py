@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ... import jit
 from ...tensor import Tensor
 from .program import Program, to_source
 from .special import (
@@ -88,7 +89,7 @@ class Mismatch:
                          f"{self.program.seed}'s program to {len(self.program.nodes)})")
         if mode:
             promote = ("  # mode='auto' promotes after 20 calls: call it 20 times, then "
-                       "nbgrad.jit.codegen.wait_for_promotions()") if mode == "auto" else ""
+                       "nbgrad.jit.program.wait_for_promotions()") if mode == "auto" else ""
             lines += ["nb.jit.set_promotion_check(False)",
                       f"jf = nb.jit(f, mode={mode!r}){promote}",
                       f"for call in range({CALLS}):",
@@ -117,7 +118,6 @@ class Mismatch:
 @contextlib.contextmanager
 def no_promotion_check() -> Iterator[None]:
     """Tier 2 runs unverified (``nbgrad.jit.set_promotion_check(False)``), restored after."""
-    from ... import jit
     switch = getattr(jit, "set_promotion_check", None)
     previous = switch(False) if switch is not None else None
     try:
@@ -320,7 +320,6 @@ def run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor:
             ) -> tuple[list[Mismatch], bool]:
     """The programs in one jitted function under ``executor``; (mismatches, whether tier
     2 ran: for ``auto``, whether the promotion happened)."""
-    from ... import jit
     fn = batch_function(programs)
     jitted = jit(fn, mode=executor)
     found: list[Mismatch] = []
@@ -329,8 +328,7 @@ def run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor:
         warnings.simplefilter("ignore")
         try:
             if executor == "auto":
-                from ...jit.api import PROMOTE_AFTER
-                from ...jit.codegen import wait_for_promotions
+                from ...jit.program import PROMOTE_AFTER, wait_for_promotions
                 for _ in range(PROMOTE_AFTER + 2):  # until the promotion starts
                     _run(jitted, programs, [inputs(p, 1) for p in programs])
                     if any(e.tier != "interpret" for e in jitted._cache.values()):
@@ -364,7 +362,6 @@ def ran_tier2(jitted) -> bool:
 def raises_like_eager(program: Program, eager_error: str, executor: str) -> list[Mismatch]:
     """Where eager raises (``eager_error``: "Type: message"), the jit must raise an error
     of the same type (not return a result, nor fail in another way)."""
-    from ... import jit
     jitted = jit(batch_function([program]), mode=executor)
     kind = eager_error.split(":", 1)[0]
     try:

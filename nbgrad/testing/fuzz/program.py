@@ -11,6 +11,7 @@ from ...grad_mode import no_grad
 from ...tensor import Tensor
 from ..core import DOMAINS
 from .catalogue import DOMAIN_OK, FUZZ_OPS
+from .constructs import FUNCTIONS
 
 #: the largest value (in elements) a program keeps; bigger results are replaced
 MAX_SIZE = 48
@@ -125,7 +126,6 @@ def _array_code(a: np.ndarray) -> str:
 def to_source(program: Program) -> str:
     """The program as runnable nbgrad code: ``def f(x0, ...)`` returning ``(result,
     loss)`` and ``inputs``, the leaf tensors."""
-    from .constructs import FUNCTIONS
     with no_grad():
         shapes = [tuple(v.shape) for v in program.values(*program.leaves(
             requires_grad=False))]

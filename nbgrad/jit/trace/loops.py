@@ -2,7 +2,7 @@
 
 Eagerly, :func:`fori_loop` and :func:`scan` are plain Python loops. Under
 ``nbgrad.jit`` the body is traced once into a sub-graph and the loop becomes one
-``loop`` node (see :class:`~nbgrad.jit.ir.LoopInfo`), executed natively by the tier-1
+``loop`` node (see :class:`~nbgrad.jit.trace.ir.LoopInfo`), executed natively by the tier-1
 interpreter's LOOP instruction and never unrolled.
 
 Gradients of a loop come from the derivative table, like everything else: the body
@@ -24,13 +24,19 @@ from typing import Any
 
 import numpy as np
 
-from .. import pytree
-from ..autograd.node import RETAIN_GRAPH_MESSAGE, SavedOutput, SavedTensor, gradient_edge
-from ..autograd.node import Node as AutogradNode
-from ..errors import TracerError
-from ..grad_mode import STATE, enable_grad, no_grad
-from ..tensor import STATE_TRACE, Tensor
+from ... import pytree
+from ...autograd.node import RETAIN_GRAPH_MESSAGE, SavedOutput, SavedTensor, gradient_edge
+from ...autograd.node import Node as AutogradNode
+from ...errors import TracerError
+from ...factories import tensor
+from ...grad_mode import STATE, enable_grad, no_grad
+from ...ops import stack
+from ...tensor import STATE_TRACE, Tensor
+from ..reference import replay
+from .autodiff import consts_for, joint_graph, partial_eval, reached_inputs, unrolled_reach
+from .handles import run_owned
 from .ir import LOOP, STOP_GRADIENT, Graph, LoopInfo, Node, Var, make_loop, type_str
+from .passes import dce_nodes
 from .tracer import Tracer, run_traced, user_site
 
 __all__ = ["apply_loop", "fori_loop", "scan"]
@@ -53,7 +59,6 @@ def _leaf_tensor(x: Any, fn: str, what: str) -> Tensor:
     if isinstance(x, Tensor):
         return x
     if isinstance(x, (bool, int, float, np.number, np.bool_, np.ndarray, list)):
-        from ..factories import tensor
         return tensor(x)
     raise TypeError(f"{fn}: {what} holds a {type(x).__name__}; expected tensors or numbers")
 
@@ -145,7 +150,6 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
 
 
 def _scan_eager(f, spec, carry, xspec, xt, n, reverse):
-    from ..ops import stack
     c = pytree.unflatten(spec, carry)
     ys: list = []
     yspec = None
@@ -200,7 +204,7 @@ def _trace_body(fn: Callable, holders: list[Tensor]) -> tuple[Graph, list[Tensor
 
     With grad mode on, the body runs as eager mode would with floating inputs that
     require grad, so that the tracer marks where it cuts the graph (``detach()``,
-    ``no_grad()``: :class:`~nbgrad.jit.tracer.Tracer`): the body graph is differentiated
+    ``no_grad()``: :class:`~nbgrad.jit.trace.tracer.Tracer`): the body graph is differentiated
     (:func:`_build_plan`) whenever the loop is, by the jit or by eager autograd while
     tracing. Else it runs under ``no_grad()``."""
     parent = STATE_TRACE.tracer
@@ -279,7 +283,7 @@ def _run_forward(info: LoopInfo, plan: LoopPlan | None, inputs: list[Tensor]) ->
 
 def execute_loop(info: LoopInfo, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Concrete outputs of a loop node (natively when the interpreter supports the body)."""
-    from .program import run_loop_native
+    from ..program import run_loop_native  # cyclic: tier 1 runs loops eagerly through us
     out = run_loop_native(info, arrays)
     if out is not None:
         return out
@@ -288,13 +292,11 @@ def execute_loop(info: LoopInfo, arrays: Sequence[np.ndarray]) -> list[np.ndarra
 
 def execute_loop_eager(info: LoopInfo, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     """The reference semantics of a loop node: replay the body with eager ops."""
-    from .pythonop import run_owned
-    from .reference import replay
     prev = STATE_TRACE.tracer
     STATE_TRACE.tracer = None
     try:
         with no_grad():
-            # PythonOp contexts made by the body are owned by the outputs (pythonop.run_owned)
+            # PythonOp contexts made by the body are owned by the outputs (handles.run_owned)
             return run_owned(info.body, lambda: _loop_eager(
                 info, [np.asarray(a) for a in arrays], replay))
     finally:
@@ -370,7 +372,6 @@ def _backward(plan: LoopPlan, inputs: list[Tensor], outs: list[Tensor], grads: l
     bouts = apply_loop(plan.bwd_info, vals)
     # as the eager Python loop: an input that no output with a gradient reads over the
     # steps gets no gradient (None), not zeros
-    from .autodiff import unrolled_reach
     wanted = {k for k in range(plan.n_out) if k < len(grads) and grads[k] is not None}
     reached = unrolled_reach(plan.fwd_info.count, plan.fwd_info.n_carry, plan.step_reach,
                              wanted)
@@ -435,18 +436,11 @@ def _loop_rg(info: LoopInfo, rg: tuple[bool, ...]) -> tuple[list[bool], list[boo
     return rg_in, [id(v) in dep for v in body.outputs]
 
 
-def _build_plan(info: LoopInfo, rg: tuple[bool, ...], example: list[np.ndarray]) -> LoopPlan:
-    from .autodiff import consts_for, joint_graph, partial_eval
-    from .passes import dce_nodes
-    body = info.body
+def _step_example(info: LoopInfo, idx_v: Var | None, in_vars: list[Var],
+                  example: list[np.ndarray]) -> list[np.ndarray]:
+    """Input values of one step of the body (the first row of each xs stack), on which
+    the joint body is traced."""
     nc, nx = info.n_carry, info.n_xs
-    n_in = len(rg)
-    idx_v, carry_v, xs_v, inv_v = info.body_inputs()
-    in_vars = carry_v + xs_v + inv_v
-    rg_in, out_rg = _loop_rg(info, rg)
-
-    # ---- the joint body J(inputs, cotangents) -> (outputs, gradients), split
-    off = 1 if idx_v is not None else 0
     ex: list[np.ndarray] = []
     if idx_v is not None:
         ex.append(np.asarray(info.index[0], np.int64))
@@ -457,18 +451,15 @@ def _build_plan(info: LoopInfo, rg: tuple[bool, ...], example: list[np.ndarray])
                       else np.zeros(v.shape, v.dtype))
         else:
             ex.append(example[i])
-    joint = joint_graph(body, [False] * off + rg_in, ex, out_rg)
-    jg = joint.graph
-    j_inputs = joint.inputs
-    out_vars = joint.outputs
-    ct_of = dict(zip(joint.diff, joint.cts, strict=True))  # body output k -> cotangent var
-    grad_of = {i - off: g for i, g in zip(joint.wrt, joint.grads, strict=True)}
-    step_reach = _step_reach(joint, off, len(body.outputs))
-    pnodes, tnodes, needed = partial_eval(joint)
-    j_idx = j_inputs[0] if idx_v is not None else None
-    j_carry = j_inputs[off:off + nc]
-    j_xs = j_inputs[off + nc:off + nc + nx]
-    j_inv = j_inputs[off + nc + nx:]
+    return ex
+
+
+def _residuals(j_inputs: list[Var], pnodes: list[Node], tnodes: list[Node],
+               needed: list[Var], off: int, nc: int, nx: int):
+    """What the backward body reads from the forward: the per-step values the forward
+    loop stacks, the xs and invariants it reads, whether it reads the index; values that
+    depend only on invariants are recomputed (prepended to ``tnodes``), not stacked.
+    Returns (tnodes, stacked, xs_used, inv_used, idx_used)."""
     pos = {id(v): i for i, v in enumerate(j_inputs)}
     # values that depend only on loop invariants are recomputed by the backward body
     # (and hoisted out of it), not stacked per step
@@ -517,7 +508,34 @@ def _build_plan(info: LoopInfo, rg: tuple[bool, ...], example: list[np.ndarray])
             xs_used.append(p - off - nc)
         else:
             inv_used.append(p - off - nc - nx)
+    return tnodes, stacked, xs_used, inv_used, idx_used
 
+
+def _build_plan(info: LoopInfo, rg: tuple[bool, ...], example: list[np.ndarray]) -> LoopPlan:
+    body = info.body
+    nc, nx = info.n_carry, info.n_xs
+    n_in = len(rg)
+    idx_v, carry_v, xs_v, inv_v = info.body_inputs()
+    in_vars = carry_v + xs_v + inv_v
+    rg_in, out_rg = _loop_rg(info, rg)
+
+    # ---- the joint body J(inputs, cotangents) -> (outputs, gradients), split
+    off = 1 if idx_v is not None else 0
+    ex = _step_example(info, idx_v, in_vars, example)
+    joint = joint_graph(body, [False] * off + rg_in, ex, out_rg)
+    jg = joint.graph
+    j_inputs = joint.inputs
+    out_vars = joint.outputs
+    ct_of = dict(zip(joint.diff, joint.cts, strict=True))  # body output k -> cotangent var
+    grad_of = {i - off: g for i, g in zip(joint.wrt, joint.grads, strict=True)}
+    step_reach = _step_reach(joint, off, len(body.outputs))
+    pnodes, tnodes, needed = partial_eval(joint)
+    j_idx = j_inputs[0] if idx_v is not None else None
+    j_carry = j_inputs[off:off + nc]
+    j_xs = j_inputs[off + nc:off + nc + nx]
+    j_inv = j_inputs[off + nc + nx:]
+    tnodes, stacked, xs_used, inv_used, idx_used = _residuals(
+        j_inputs, pnodes, tnodes, needed, off, nc, nx)
     count = info.count
     last = max(count - 1, 0)
     # ---- forward loop with stacks
@@ -615,7 +633,6 @@ def _build_plan(info: LoopInfo, rg: tuple[bool, ...], example: list[np.ndarray])
 def _step_reach(joint, off: int, n_out: int) -> tuple[frozenset[int], ...]:
     """Per body output: the loop inputs (carries, xs, invariants) whose gradient its
     cotangent reaches in one step (from the joint body)."""
-    from .autodiff import reached_inputs
     return tuple(frozenset(i - off for i in reached_inputs(joint, [k == o for k in
                                                                   range(n_out)]))
                  for o in range(n_out))

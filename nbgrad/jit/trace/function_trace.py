@@ -15,7 +15,7 @@ Native path
 
     Executables never see the node: :func:`expand` inlines its forward before a graph is
     lowered or compiled. Its gradient is the user's: differentiating a graph replays it
-    with eager ops (:mod:`nbgrad.jit.autodiff`), and :func:`replay_function` runs the
+    with eager ops (:mod:`nbgrad.jit.trace.autodiff`), and :func:`replay_function` runs the
     Function as eager mode does, under the tracer, so the forward's ops and, when the
     autograd engine calls it, the user's ``backward`` are recorded as table ops. The
     compiled backward is therefore the user's formula (not the autodiff of the forward),
@@ -24,7 +24,7 @@ Native path
     through them raises, as in eager mode).
 
 PythonOp path
-    Anything else (see :mod:`nbgrad.jit.pythonop`).
+    Anything else (see :mod:`nbgrad.jit.trace.pythonop`).
 
 ``cls.jit_path`` (``"auto"`` by default, ``"native"`` or ``"python"``) forces a path;
 ``"native"`` raises a :class:`~nbgrad.TracerError` saying why a Function does not compile.
@@ -36,11 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from ..autograd.function import BackwardFunction, FunctionCtx, apply_function
-from ..errors import TracerError
-from ..grad_mode import no_grad
-from ..tensor import STATE_TRACE, Tensor
+from ...autograd.function import BackwardFunction, FunctionCtx, apply_function
+from ...errors import TracerError
+from ...grad_mode import no_grad
+from ...tensor import STATE_TRACE, Tensor
 from .ir import FUNCTION, LOOP, MARKERS, Graph, LoopInfo, Node, Var, make_loop
+from .passes import optimize
 from .pythonop import (
     _CTX_FIELDS,
     annotate,
@@ -313,7 +314,6 @@ def expand(graph: Graph) -> Graph:
     cached = graph.cache.get(("pythonop", "expanded"))
     if cached is not None:
         return cached
-    from .passes import optimize
     out = optimize(_expand(graph))
     graph.cache[("pythonop", "expanded")] = out
     return out

@@ -28,11 +28,11 @@ Nodes
       tensor arguments; outputs an int64 context handle, then its outputs) and
       ``"PythonOpGrad"`` (inputs the handle, the output gradients or ``None``, the
       forward outputs; outputs the input gradients) call the user's Python code, with
-      ONNX Runtime's attributes (:mod:`nbgrad.jit.pythonop`); ``"Function"`` is a
+      ONNX Runtime's attributes (:mod:`nbgrad.jit.trace.pythonop`); ``"Function"`` is a
       Function that compiles, its forward a sub-graph in ``attrs["#forward"]`` that is
       inlined before lowering, and ``"OnceDifferentiable"`` an identity marker on the
-      results of a ``once_differentiable`` backward (:mod:`nbgrad.jit.function_trace`).
-      Their semantics are their ``replay`` in :mod:`nbgrad.jit.pythonop`.
+      results of a ``once_differentiable`` backward (:mod:`nbgrad.jit.trace.function_trace`).
+      Their semantics are their ``replay`` in :mod:`nbgrad.jit.trace.pythonop`.
     - ``op == "StopGradient"`` is the identity with no gradient: the tracer puts it where
       eager mode cuts the autograd graph (``detach()``, a value made under ``no_grad()``
       read with grad enabled, ...), so differentiating the graph cuts there too. It and
@@ -66,11 +66,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import TracerError
+from ...errors import TracerError
+from ...ops.registry import REGISTRY
 
 LOOP = "loop"
-#: custom ``autograd.Function`` nodes (see :mod:`nbgrad.jit.pythonop` and
-#: :mod:`nbgrad.jit.function_trace`)
+#: custom ``autograd.Function`` nodes (see :mod:`nbgrad.jit.trace.pythonop` and
+#: :mod:`nbgrad.jit.trace.function_trace`)
 PYTHON_OP = "PythonOp"
 PYTHON_OP_GRAD = "PythonOpGrad"
 FUNCTION = "Function"
@@ -225,7 +226,6 @@ def make_loop(inputs: list[Var], outputs: list[Var], info: LoopInfo) -> Node:
 # ------------------------------------------------------------------ replay helpers
 def node_args(node: Node, values: list) -> tuple:
     """The ``apply`` arguments of a table-op node, with ``values`` for its inputs."""
-    from ..ops.registry import REGISTRY
     op = REGISTRY[node.op]
     it = iter(values)
     args = []
@@ -310,7 +310,6 @@ def _format(graph: Graph, title: str, names: dict, lines: list, ind: str, counte
 # ------------------------------------------------------------------ checking
 def check(graph: Graph, *, _defined: set | None = None) -> None:
     """Raise ``TracerError`` naming the problem unless ``graph`` is well formed."""
-    from ..ops.registry import REGISTRY
     defined: set[int] = set()
 
     def define(v: Any, what: str) -> None:
@@ -338,7 +337,7 @@ def check(graph: Graph, *, _defined: set | None = None) -> None:
         if node.op == LOOP:
             _check_loop(node, where)
         elif node.op in CUSTOM_KINDS:
-            from .pythonop import check_node
+            from .pythonop import check_node  # cyclic: pythonop builds on the IR
             check_node(node, where)
         else:
             op = REGISTRY.get(node.op)

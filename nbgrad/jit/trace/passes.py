@@ -1,6 +1,6 @@
 """Graph passes: dead code, common subexpressions, constant folding, loop clean-up.
 
-Each pass takes a :class:`~nbgrad.jit.ir.Graph` and returns a new graph (the input
+Each pass takes a :class:`~nbgrad.jit.trace.ir.Graph` and returns a new graph (the input
 graph is never changed; nodes that stay the same are shared). :func:`optimize` runs
 the standard pipeline; :data:`PASSES` lets other tiers add their own (tier 2 appends
 its elementwise fusion there): a pass is a function ``Graph -> Graph``.
@@ -9,7 +9,8 @@ its elementwise fusion there): a pass is a function ``Graph -> Graph``.
   loop outputs and loop carries nothing reads, inside loop bodies too.
 - :func:`cse`: merges nodes with the same op, inputs and attributes.
 - :func:`fold_constants`: evaluates nodes whose inputs are all constants (and
-  ``zeros_like``/``ones_like``, which only read a shape) into constants.
+  :class:`~nbgrad.ops.traits.Fill` nodes such as ``zeros_like``, which only read a
+  shape) into constants.
 - :func:`hoist_invariants`: moves loop-body nodes that depend only on loop
   invariants out of the loop.
 """
@@ -21,6 +22,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ...ops.registry import kind_of
+from ...ops.traits import Fill
+from ..reference import replay_arrays
 from .ir import IMPURE, LOOP, Graph, LoopInfo, Node, Var, _hash_value, make_loop
 
 GraphPass = Callable[[Graph], Graph]
@@ -151,9 +155,6 @@ def cse(graph: Graph) -> Graph:
 
 
 # ------------------------------------------------------------------ constant folding
-_SHAPE_ONLY = {"zeros_like", "ones_like"}
-
-
 #: constants larger than this stay computed (e.g. ones_like(x) of a big x): folding them
 #: would put a large array into the graph, its hash and generated code
 FOLD_MAX_ELEMENTS = 4096
@@ -161,12 +162,11 @@ FOLD_MAX_ELEMENTS = 4096
 
 def fold_constants(graph: Graph) -> Graph:
     """Evaluate nodes whose values do not depend on the graph's inputs (small ones)."""
-    from .reference import replay_arrays
     consts = dict(graph.consts)
     known = {id(v) for v in consts}
     nodes = []
     for node in graph.nodes:
-        if node.op != LOOP and node.op not in IMPURE and (node.op in _SHAPE_ONLY or all(
+        if node.op != LOOP and node.op not in IMPURE and (isinstance(kind_of(node.op), Fill) or all(
                 v is None or id(v) in known for v in node.inputs)) and all(
                 v.size <= FOLD_MAX_ELEMENTS for v in node.outputs):
             fake_ins = []

@@ -1,6 +1,6 @@
 """Tier-2 code emission: one ``@njit`` Python function for a whole graph.
 
-:class:`FunctionEmitter` walks a graph's fusion plan (:mod:`nbgrad.jit.fusion`) and
+:class:`FunctionEmitter` walks a graph's fusion plan (:mod:`nbgrad.jit.tier2.fusion`) and
 writes readable Python for Numba:
 
 - a fused region becomes one loop nest; operands are loaded once per element (at the
@@ -10,10 +10,14 @@ writes readable Python for Numba:
 - ``loop`` nodes become native ``for`` loops (never unrolled); carries live in
   buffers that are swapped (or copied) at the end of each step, ``ys`` rows are
   written into their stacks;
-- small matrix products are loops, large ones ``np.dot`` into a preallocated buffer;
-- shape ops are NumPy views;
+- every other node follows the rule of its op's declared kind (:mod:`nbgrad.ops.traits`,
+  never its name): small matrix products are loops, large ones ``np.dot`` into a
+  preallocated buffer; views and permutes are NumPy views; moves, joins and index
+  scatters are loops over positions found when the code is generated
+  (:mod:`nbgrad.jit.tier2.moves`); an opaque op with a ``native`` function calls it;
 - any other op calls its eager CPU kernel through ``numba.objmode`` (correct, with a
-  Python round trip per call: it is listed in :attr:`FunctionEmitter.fallbacks`).
+  Python round trip per call: it is listed in :attr:`FunctionEmitter.fallbacks`, and the
+  source says why, from the op's ``why_not_native``).
 
 Buffers are allocated once at the top of the function (also those of loop bodies)
 and reused when their value is dead (liveness per scope, views keep their base
@@ -27,9 +31,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ...ops.traits import IndexScatter, Join, Kind, Matmul, Move, Opaque, Permute, View
+from ..trace.ir import CUSTOM_KINDS, LOOP, Graph, LoopInfo, Node, Var
 from . import fusion
-from .codegen_ops import MATMULS, TRANSPOSES, VIEW_OPS, OpsEmitter
-from .codegen_store import (
+from .fusion import Access, Group, Reduction
+from .moves import MovesEmitter, NotNative
+from .ops import OpsEmitter
+from .store import (
     Pool,
     Scope,
     Store,
@@ -37,13 +45,12 @@ from .codegen_store import (
     _affine,
     _short,
     cast,
+    fill,
     literal,
     np_type,
     scalar_expr,
     uniform_value,
 )
-from .fusion import Access, Group, Reduction
-from .ir import LOOP, Graph, LoopInfo, Node, Var
 
 __all__ = ["MAX_GROUPS", "FunctionEmitter", "Pool", "Scope", "Store", "Tier2Unsupported"]
 
@@ -58,11 +65,6 @@ MAX_NODES = 5000
 
 # ------------------------------------------------------------------ the emitter
 
-def fill(name: str, shape: tuple[int, ...], value: str) -> str:
-    """A statement setting every element of array ``name`` (Numba has no 0-d ``fill``)."""
-    return f"{name}.fill({value})" if shape else f"{name}[...] = {value}"
-
-
 def scalar_of(s: Store) -> str:
     """The expression of a 0-d value as a scalar (a 0-d array is read at ``[()]``).
 
@@ -72,7 +74,7 @@ def scalar_of(s: Store) -> str:
     return s.name if s.kind in ("scalar", "literal") else s.ref([])
 
 
-class FunctionEmitter(OpsEmitter):
+class FunctionEmitter(OpsEmitter, MovesEmitter):
     """Writes the entry function of one graph (see the module docstring)."""
 
     def __init__(self, graph: Graph, numbers: dict[int, int]) -> None:
@@ -91,6 +93,10 @@ class FunctionEmitter(OpsEmitter):
         self.groups_total = 0
         #: name of a view made by a shape op -> the name of the array it views
         self.view_base: dict[str, str] = {}
+        #: (global name, @njit function) of the native functions the code calls
+        self.natives: list[tuple[str, object]] = []
+        #: module-level lines (constant index arrays) written before the function
+        self.globals_lines: list[str] = []
 
     # -------------------------------------------------------------- helpers
     def num(self, v: Var) -> str:
@@ -417,19 +423,49 @@ class FunctionEmitter(OpsEmitter):
 
     # -------------------------------------------------------------- opaque nodes
     def emit_node(self, node: Node, scope: Scope, last: dict[int, int], gi: int) -> None:
+        """One opaque group: the rule of the op's kind, else objmode (with the reason)."""
         if node.op == LOOP:
             self.emit_loop(node, scope)
-        elif node.op in VIEW_OPS:
+            return
+        mark = len(self.lines), len(self.globals_lines), len(self.const_args)
+        try:
+            reason = self.emit_by_kind(node, scope, fusion.kind_of(node))
+        except NotNative as exc:  # a rule found it cannot write this node: undo its lines
+            del self.lines[mark[0]:], self.globals_lines[mark[1]:], self.const_args[mark[2]:]
+            reason = str(exc)
+        if reason is not None:
+            self.emit_fallback(node, scope, reason)
+
+    def emit_by_kind(self, node: Node, scope: Scope, kind: Kind) -> str | None:
+        """Write ``node`` by the rule of its kind; returns None, or why it goes through
+        objmode (a rule may raise :class:`NotNative` before it defines any value)."""
+        if isinstance(kind, View):
             self.emit_view(node, scope)
-        elif node.op in TRANSPOSES:
-            self.emit_transpose(node, scope)
-        elif node.op in MATMULS and self.matmul_ok(node):
-            self.emit_matmul(node, scope)
-        elif node.op == "index_backward" and fusion.basic_index_map(
-                tuple(node.attrs["sizes"]), node.attrs["indices"], node.inputs[0].ndim):
+        elif isinstance(kind, Permute):
+            self.emit_transpose(node, scope, list(kind.perm(node.attrs, node.inputs[0].ndim)))
+        elif isinstance(kind, Matmul):
+            reason = self.matmul_ok(node, kind)
+            if reason is not None:
+                return f"tier 2 has no native rule for {reason}"
+            self.emit_matmul(node, scope, kind)
+        elif isinstance(kind, IndexScatter) and not kind.put and fusion.basic_index_map(
+                node.outputs[0].shape, node.attrs["indices"], node.inputs[0].ndim):
             self.emit_index_backward(node, scope)
+        elif isinstance(kind, IndexScatter):
+            self.emit_index_scatter(node, scope, kind.put)
+        elif isinstance(kind, Move):
+            self.emit_move(node, scope)
+        elif isinstance(kind, Join):
+            self.emit_join(node, scope)
+        elif isinstance(kind, Opaque) and kind.native is not None:
+            self.emit_native(node, scope, kind)
+        elif node.op in CUSTOM_KINDS:
+            return "a custom Function's Python code"
+        elif isinstance(kind, Opaque):
+            return kind.why_not_native or "the op declares no native function"
         else:
-            self.emit_fallback(node, scope)
+            return f"tier 2 has no rule for a {kind.label} op here"
+        return None
 
     # -------------------------------------------------------------- loops
     def emit_loop(self, node: Node, scope: Scope) -> None:

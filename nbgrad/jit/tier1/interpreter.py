@@ -26,26 +26,28 @@ from __future__ import annotations
 
 import threading
 
-from .. import codegen
-from ..kernels import elementwise as _ew
-from ..kernels.elementwise import BINARY, TERNARY, UNARY
+from ... import codegen
+from ...kernels import elementwise as _ew
+from ...kernels.elementwise import BINARY, CASTS, TERNARY, UNARY, ScalarOp
 
 WIDTH = 16
 (F_OP, F_O, F_A, F_B, F_C, F_SO, F_SA, F_SB, F_SC, F_N, F_M, F_K, F_P, F_F, F_G,
  F_H) = range(WIDTH)
 
-#: unary ops with a dedicated loop (the rest use the generic one)
-HOT_UNARY = ("tanh",)
-#: binary ops with dedicated loops for two operand modes: both vectors, or a vector and
-#: a scalar second operand (the lowering swaps commutative operands; other patterns use
-#: the generic loop)
-HOT_BINARY = ("add", "sub", "mul", "div")
-COMMUTATIVE = frozenset({"add", "mul"})
-#: elementwise ops left out of the interpreter (their code is large and slow to
-#: compile); graphs using them run them as eager steps between native segments
-COLD = frozenset({"digamma", "polygamma", "lgamma", "gelu"})
-#: extra generic unary operations that are not table ops
-EXTRA_UNARY = {"to_bool": "1.0 if x != 0 else 0.0"}
+# Which scalar operations get which loop is declared with each ScalarOp (its ``tape``):
+#: unary operations with a dedicated loop (the rest use the generic one)
+HOT_UNARY = tuple(name for name, op in UNARY.items() if op.tape == "hot")
+#: binary operations with dedicated loops for two operand modes: both vectors, or a
+#: vector and a scalar second operand (the lowering swaps commutative operands; other
+#: patterns use the generic loop)
+HOT_BINARY = tuple(name for name, op in BINARY.items() if op.tape == "hot")
+#: the generic loops' operations: the table's (but the ``cold`` ones, whose code is
+#: large and slow to compile: they run as eager steps between native segments), and for
+#: one operand the conversions that are no table op
+GENERIC_UNARY: dict[str, ScalarOp] = {
+    **{name: op for name, op in UNARY.items() if op.tape != "cold"}, **CASTS}
+GENERIC_BINARY = {name: op for name, op in BINARY.items() if op.tape != "cold"}
+GENERIC_TERNARY = {name: op for name, op in TERNARY.items() if op.tape != "cold"}
 
 # structural opcodes
 OP_LOOP = 1
@@ -72,9 +74,12 @@ for _k, _name in enumerate(HOT_BINARY):
 
 #: sub-opcodes of the generic loops
 UNARY_SUB: dict[str, int] = {name: k for k, name in
-                             enumerate(list(UNARY) + list(EXTRA_UNARY))}
+                             enumerate(list(UNARY) + list(CASTS))}
 BINARY_SUB: dict[str, int] = {name: k for k, name in enumerate(BINARY)}
 TERNARY_SUB: dict[str, int] = {name: k for k, name in enumerate(TERNARY)}
+#: per operand count: the scalar operations the interpreter runs
+SCALAR_OPS: dict[int, dict[str, ScalarOp]] = {1: GENERIC_UNARY, 2: GENERIC_BINARY,
+                                              3: GENERIC_TERNARY}
 
 OP_NAMES = {OP_LOOP: "LOOP", OP_ENDLOOP: "ENDLOOP", OP_SETITER: "SETITER", OP_FILL: "FILL",
             OP_COPY: "COPY", OP_UGEN: "UNARY", OP_BGEN: "BINARY", OP_TGEN: "TERNARY",
@@ -104,7 +109,7 @@ _RUN_HEAD = '''
 
 @njit(**OPTS)
 def run(ins, start, stop, buf, fp, ia):
-    """Execute instructions [start, stop) of a tape (see nbgrad.jit.interpreter)."""
+    """Execute instructions [start, stop) of a tape (see nbgrad.jit.tier1.interpreter)."""
     loop_pc = np.zeros({depth}, np.int64)
     loop_it = np.zeros({depth}, np.int64)
     loop_n = np.zeros({depth}, np.int64)
@@ -337,13 +342,13 @@ _RUN_BODY = '''        elif op == {UGEN}:
 def source() -> str:
     """The interpreter module's source (deterministic: its hash names the cache file)."""
     parts = [_HEADER]
-    ucases = [(UNARY_SUB[n], op.expr, op.kind) for n, op in UNARY.items() if n not in COLD]
-    ucases += [(UNARY_SUB[n], expr, "float") for n, expr in EXTRA_UNARY.items()]
+    ucases = [(UNARY_SUB[n], op.expr, op.kind) for n, op in GENERIC_UNARY.items()]
     parts.append(_scalar_fn("uscalar", "x, p0, p1", ucases, "x"))
     parts.append(_scalar_fn("bscalar", "a, b", [(BINARY_SUB[n], op.expr, op.kind)
-                                                 for n, op in BINARY.items()], "a"))
+                                                 for n, op in GENERIC_BINARY.items()], "a"))
     parts.append(_scalar_fn("tscalar", "c, a, b", [(TERNARY_SUB[n], op.expr, op.kind)
-                                                    for n, op in TERNARY.items()], "a"))
+                                                    for n, op in GENERIC_TERNARY.items()],
+                            "a"))
     consts = dict(LOOP=OP_LOOP, ENDLOOP=OP_ENDLOOP, SETITER=OP_SETITER, FILL=OP_FILL,
                   COPY=OP_COPY, UGEN=OP_UGEN, BGEN=OP_BGEN, TGEN=OP_TGEN, SUM=OP_SUM,
                   MATMUL=OP_MATMUL, STRIDED=OP_STRIDED, GATHER=OP_GATHER,

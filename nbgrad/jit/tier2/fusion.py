@@ -2,7 +2,7 @@
 
 A *region* is a set of elementwise nodes that share one iteration space (the shape
 of their outputs), plus *trailing reductions* (``sum``, ``mean``, ``sum_to``) whose
-input lies in that space. Tier 2 (:mod:`nbgrad.jit.codegen`) emits each region as
+input lies in that space. Tier 2 (:mod:`nbgrad.jit.tier2.codegen`) emits each region as
 one loop nest: every operand read once per element, every node's scalar expression
 (from :mod:`nbgrad.kernels.elementwise`, the single source of the arithmetic)
 inlined as a local, reductions accumulated in the same loop, and only the values
@@ -10,11 +10,15 @@ needed outside the region written to memory. So a chain such as
 ``sum(sin(x) * exp(-x * x) + tanh(x))`` and its whole backward run as a single loop
 over ``x`` and allocate no intermediates.
 
-Forward and backward chains fuse alike: ``ones_like``/``zeros_like`` read only a
-shape, so the seed gradient of a loss does not depend on the loss's value, and
-``sum_backward``/``expand``/``broadcast_to`` are elementwise reads with a broadcast
-access map. Everything else (matmul, views, loops, other ops) is an *opaque* group
-of one node.
+What fuses is decided by the op's declared kind (:mod:`nbgrad.ops.traits`), never by
+its name: :class:`~nbgrad.ops.traits.Elementwise`, :class:`~nbgrad.ops.traits.Cast`,
+:class:`~nbgrad.ops.traits.Fill` (reads only a shape, so the seed gradient of a loss
+does not depend on the loss's value), :class:`~nbgrad.ops.traits.Broadcast` (an
+elementwise read with a broadcast access map), a copying
+:class:`~nbgrad.ops.traits.View`, an ``outer`` :class:`~nbgrad.ops.traits.Matmul` and a
+:class:`~nbgrad.ops.traits.Move` by a basic index; trailing
+:class:`~nbgrad.ops.traits.Reduction` nodes join a region. Everything else (matmul,
+views, loops, other ops) is an *opaque* group of one node.
 
 :func:`plan` is the analysis; it does not change the graph (fused regions are not IR
 nodes, so the tier-1 interpreter and the graph passes never see them).
@@ -22,36 +26,55 @@ nodes, so the tier-1 interpreter and the graph passes never see them).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..kernels import elementwise as ew
-from .ir import LOOP, Graph, Node, Var
+from ...ops.registry import REGISTRY
+from ...ops.registry import kind_of as op_kind
+from ...ops.traits import Broadcast, Cast, Elementwise, Fill, Kind, Matmul, Move, View
+from ...ops.traits import Reduction as ReductionKind
+from ..trace.ir import LOOP, Graph, LoopInfo, Node, Var, make_loop
+from ..trace.passes import dce
 
-#: elementwise ops beyond the scalar-expression tables
-SHAPE_ONLY = frozenset({"ones_like", "zeros_like"})
-BROADCASTS = frozenset({"expand", "broadcast_to", "sum_backward"})
-EXTRA_ELEMENTWISE = SHAPE_ONLY | BROADCASTS | {"to_dtype", "contiguous", "outer"}
-REDUCTIONS = frozenset({"sum", "mean", "sum_to"})
+
+def kind_of(node: Node) -> Kind:
+    """The declared kind of ``node``'s op (loops and custom Functions are opaque)."""
+    return op_kind(node.op)
+
+
+def is_copy_view(node: Node) -> bool:
+    """A :class:`~nbgrad.ops.traits.View` that copies (``contiguous``) and keeps the shape:
+    an elementwise identity (views that share memory become NumPy views instead)."""
+    x = node.inputs[0] if node.inputs else None
+    return x is not None and REGISTRY[node.op].view_of is None and \
+        x.shape == node.outputs[0].shape
 
 
 def is_elementwise(node: Node) -> bool:
     """Whether ``node`` computes each output element from the same element of its inputs
     (after broadcasting), or from one element chosen by a basic index."""
-    op = node.op
-    if op in ew.UNARY or op in ew.BINARY or op in ew.TERNARY:
-        return len(node.outputs) == 1
-    if op == "index":
+    kind = kind_of(node)
+    if len(node.outputs) != 1:
+        return False
+    if isinstance(kind, (Elementwise, Fill, Cast, Broadcast)):
+        return True
+    if isinstance(kind, View):
+        return is_copy_view(node)
+    if isinstance(kind, Matmul):
+        return kind.outer
+    if isinstance(kind, Move):
         return basic_index_access(node) is not None
-    return op in EXTRA_ELEMENTWISE
+    return False
 
 
 def basic_index_access(node: Node) -> Access | None:
-    """The access of ``x[index]`` when the index has only ints, slices, None and ``...``."""
-    x = node.inputs[0]
-    if x is None:
+    """The access of ``x[index]`` when the node's ``indices`` attribute is a basic index
+    (only ints, slices, None and ``...``)."""
+    x = node.inputs[0] if node.inputs else None
+    if x is None or any(v is not None for v in node.inputs[1:]):
         return None
     found = basic_index_map(x.shape, node.attrs.get("indices"), node.outputs[0].ndim)
     return None if found is None else Access(x, *found)
@@ -98,7 +121,16 @@ def basic_index_map(shape: tuple[int, ...], idx, out_ndim: int):
 
 
 def is_reduction(node: Node) -> bool:
-    return node.op in REDUCTIONS and len(node.inputs) == 1 and node.inputs[0] is not None
+    """A :class:`~nbgrad.ops.traits.Reduction` of one input (see :func:`reduction_of`)."""
+    if not (isinstance(kind_of(node), ReductionKind) and len(node.inputs) == 1 and
+            node.inputs[0] is not None and len(node.outputs) == 1):
+        return False
+    src, out = node.inputs[0], node.outputs[0]
+    dims = _reduced(node)
+    drop = src.ndim - out.ndim
+    kept = tuple(1 if d in dims else n for d, n in enumerate(src.shape)
+                 if d not in dims[:max(drop, 0)])
+    return 0 <= drop <= len(dims) and kept == out.shape
 
 
 @dataclass(frozen=True)
@@ -140,33 +172,23 @@ def broadcast_access(var: Var, shape: tuple[int, ...]) -> Access:
     return Access(var, tuple(dims))
 
 
-def reduced_dims(dim, ndim: int) -> tuple[int, ...]:
-    """``dim`` of a reduction (None, an int or a tuple) as sorted non-negative ints."""
-    if dim is None:
-        return tuple(range(ndim))
-    if isinstance(dim, (int, np.integer)):
-        dim = (dim,)
-    if ndim == 0:
-        return ()
-    return tuple(sorted({int(d) % ndim for d in dim}))
-
-
 def operand_accesses(node: Node) -> list[Access]:
-    """The accesses of an elementwise node's data operands (``ones_like`` has none)."""
+    """The accesses of an elementwise node's data operands (a fill has none)."""
     out = node.outputs[0].shape
-    if node.op in SHAPE_ONLY:
+    kind = kind_of(node)
+    if isinstance(kind, Fill):
         return []
-    if node.op == "index":
+    if isinstance(kind, Move):
         return [basic_index_access(node)]
-    if node.op == "outer":  # out[i, j] = a[i] * b[j]
+    if isinstance(kind, Matmul):  # outer: out[i, j] = a[i] * b[j]
         return [Access(node.inputs[0], (0,)), Access(node.inputs[1], (1,))]
-    if node.op == "sum_backward":
+    if isinstance(kind, Broadcast) and kind.unsqueeze is not None:
         g = node.inputs[0]
-        dims = reduced_dims(node.attrs.get("dim"), len(out))
-        if node.attrs.get("keepdim") or len(g.shape) == len(out):
-            return [broadcast_access(g, out)]
-        kept = [d for d in range(len(out)) if d not in dims]
-        return [Access(g, tuple(kept))]
+        dims = kind.unsqueeze(node.attrs, len(out)) or ()
+        if dims and len(g.shape) != len(out):  # g's dims are the output's others
+            kept = [d for d in range(len(out)) if d not in dims]
+            return [Access(g, tuple(None if (n == 1 and out[d] != 1) else d
+                                    for n, d in zip(g.shape, kept, strict=True)))]
     return [broadcast_access(v, out) for v in node.inputs if v is not None]
 
 
@@ -187,31 +209,24 @@ class Reduction:
     count: int | None
 
 
+def _reduced(node: Node) -> tuple[int, ...]:
+    """The dimensions a :class:`~nbgrad.ops.traits.Reduction` node sums over (sorted)."""
+    shape = node.inputs[0].shape
+    dims = kind_of(node).dims(node.attrs, shape)
+    return tuple(sorted({int(d) for d in dims if 0 <= int(d) < len(shape)}))
+
+
 def reduction_of(node: Node) -> Reduction:
-    """Describe a ``sum``/``mean``/``sum_to`` node as a :class:`Reduction`."""
+    """Describe a :class:`~nbgrad.ops.traits.Reduction` node as a :class:`Reduction`: the
+    output drops the first reduced dimensions (as many as it has fewer dimensions than
+    the input) and keeps the others as size 1."""
     src, out = node.inputs[0], node.outputs[0]
     shape = src.shape
-    nd = len(shape)
-    if node.op == "sum_to":
-        size = tuple(node.attrs["size"])
-        lead = nd - len(size)
-        red = list(range(lead))
-        out_dims: list[int | None] = []
-        for k, s in enumerate(size):
-            d = lead + k
-            if s == 1 and shape[d] != 1:
-                red.append(d)
-                out_dims.append(None)
-            else:
-                out_dims.append(d)
-        return Reduction(node, src, out, tuple(out_dims), tuple(red), None)
-    dims = reduced_dims(node.attrs.get("dim"), nd)
-    if node.attrs.get("keepdim"):
-        out_dims = [None if d in dims else d for d in range(nd)]
-    else:
-        out_dims = [d for d in range(nd) if d not in dims]
+    dims = _reduced(node)
+    dropped = set(dims[:len(shape) - out.ndim])
+    out_dims = [None if d in dims else d for d in range(len(shape)) if d not in dropped]
     count = None
-    if node.op == "mean":
+    if kind_of(node).mean:
         count = 1
         for d in dims:
             count *= shape[d]
@@ -255,7 +270,7 @@ class Group:
 def _data_inputs(group: Group) -> list[Var]:
     out: list[Var] = []
     for n in group.nodes:
-        if group.kind == "region" and n.op in SHAPE_ONLY:
+        if group.kind == "region" and isinstance(kind_of(n), Fill):
             continue
         out.extend(v for v in n.inputs if v is not None)
     for r in group.reductions:
@@ -264,7 +279,7 @@ def _data_inputs(group: Group) -> list[Var]:
 
 
 def _node_reads(node: Node) -> list[Var]:
-    if node.op in SHAPE_ONLY:
+    if isinstance(kind_of(node), Fill):
         return []
     return [v for v in node.inputs if v is not None]
 
@@ -302,6 +317,18 @@ class _UnionFind:
             p[i] = p[p[i]]
             i = p[i]
         return i
+
+
+def _fusable(others: list[int], groups: dict[int, Group], shape: tuple[int, ...],
+             my_late: set) -> list[int]:
+    """The groups among ``others`` an elementwise node of ``shape`` may join: regions of
+    its shape whose values it reads in the same pass (no reduction result)."""
+    cands: list[int] = []
+    for g in others:
+        if groups[g].kind == "region" and groups[g].shape == shape \
+                and g not in my_late and g not in cands:
+            cands.append(g)
+    return cands
 
 
 def plan(graph: Graph, outputs: Sequence[Var] | None = None) -> Plan:
@@ -378,18 +405,8 @@ def plan(graph: Graph, outputs: Sequence[Var] | None = None) -> Plan:
             # a value read at another element (``y[::-1]``) comes from memory: not fused
             my_late.update(gof(a.var) for a in operand_accesses(node)
                            if gof(a.var) is not None and not a.is_identity(shape))
-            cands: list[int] = []
-            for g in others:
-                if groups[g].kind == "region" and groups[g].shape == shape \
-                        and g not in my_late and g not in cands:
-                    cands.append(g)
-            chosen: list[int] = []
-            for g in cands:  # greedily, each candidate that keeps the graph acyclic
-                trial = set(chosen) | {g}
-                if any({uf.find(d) for d in late_deps[c]} & trial for c in trial):
-                    continue
-                if not creates_cycle(trial, others):
-                    chosen.append(g)
+            cands = _fusable(others, groups, shape, my_late)
+            chosen = _acyclic_choice(cands, others, late_deps, uf, creates_cycle)
             if chosen:
                 gid = chosen[0]
                 for g in chosen[1:]:
@@ -430,9 +447,21 @@ def plan(graph: Graph, outputs: Sequence[Var] | None = None) -> Plan:
     return Plan(ordered, fused)
 
 
+def _acyclic_choice(cands: list[int], others: list[int], late_deps: dict[int, set[int]],
+                    uf: _UnionFind, creates_cycle) -> list[int]:
+    """Greedily, each candidate region that keeps the graph acyclic when merged."""
+    chosen: list[int] = []
+    for g in cands:
+        trial = set(chosen) | {g}
+        if any({uf.find(d) for d in late_deps[c]} & trial for c in trial):
+            continue
+        if not creates_cycle(trial, others):
+            chosen.append(g)
+    return chosen
+
+
 def _toposort(groups: dict[int, Group], deps: dict[int, set[int]], uf: _UnionFind) -> list[Group]:
     """Groups in dependency order (ties: the position of their first node)."""
-    import heapq
     ids = list(groups)
     real = {g: {uf.find(d) for d in deps[g]} - {g} for g in ids}
     users: dict[int, list[int]] = {g: [] for g in ids}
@@ -479,8 +508,6 @@ def unstack_invariants(graph: Graph) -> Graph:
     nothing else reads it, is dropped by dead-code elimination. Bodies are cleaned
     recursively.
     """
-    from .ir import LoopInfo, make_loop
-    from .passes import dce
 
     changed = False
     nodes: list[Node] = []

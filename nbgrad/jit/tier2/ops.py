@@ -1,19 +1,28 @@
-"""Tier-2 lowering of the nodes that are not fused regions or loops.
+"""Tier-2 lowering of the nodes that are not fused regions or loops, by op kind.
 
-Shape ops become views or in-place aliases, transposes NumPy views, matrix products
-loops (small) or ``np.dot`` into a preallocated buffer (large), the gradient of a
-basic index one loop nest; any other op runs its eager CPU kernel through
+Views (:class:`~nbgrad.ops.traits.View`) become NumPy views or in-place aliases,
+:class:`~nbgrad.ops.traits.Permute` ops NumPy transposes, matrix products
+(:class:`~nbgrad.ops.traits.Matmul`: batched, ``b`` transposed, with a bias) loops
+(small) or ``np.dot`` into a preallocated buffer (large), the gradient of a basic
+index one loop nest; data movement and native opaque ops are in
+:mod:`nbgrad.jit.tier2.moves`. Any other op runs its eager CPU kernel through
 ``numba.objmode`` (correct, with a Python round trip per call; the emitter lists those
-nodes in ``fallbacks``). :class:`OpsEmitter` is a part of
-:class:`~nbgrad.jit.codegen_emit.FunctionEmitter`.
+nodes in ``fallbacks`` and the source shows why). :class:`OpsEmitter` is a part of
+:class:`~nbgrad.jit.tier2.emit.FunctionEmitter`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
+from ...ops.registry import REGISTRY
+from ...ops.traits import Matmul
+from ..trace.ir import Node, Var
 from . import fusion
-from .codegen_store import (
+from .fusion import Access
+from .store import (
     Scope,
     Store,
     Tier2Unsupported,
@@ -23,14 +32,32 @@ from .codegen_store import (
     literal,
     objmode_type,
 )
-from .fusion import Access
-from .ir import Node
 
 #: matrix products with at most this many multiply-adds are written as loops
 SMALL_MATMUL = 32768
-VIEW_OPS = frozenset({"reshape", "view", "flatten", "squeeze", "unsqueeze"})
-TRANSPOSES = frozenset({"transpose", "permute"})
-MATMULS = frozenset({"matmul", "mm", "dot"})
+
+
+def matmul_dims(a: tuple[int, ...], b: tuple[int, ...], transpose_b: bool
+                ) -> tuple[int, int, int, tuple[int, ...]]:
+    """``(m, k, n, batch)`` of ``a @ b`` (``b`` transposed over its last two dimensions
+    with ``transpose_b``); NumPy's rules for 1-d operands and batch broadcasting."""
+    if transpose_b:
+        b = b[:-2] + (b[-1], b[-2])
+    m = a[-2] if len(a) >= 2 else 1
+    n = b[-1] if len(b) >= 2 else 1
+    batch = np.broadcast_shapes(a[:-2], b[:-2])
+    return m, a[-1], n, tuple(batch)
+
+
+def matmul_shape(a: tuple[int, ...], b: tuple[int, ...], transpose_b: bool
+                 ) -> tuple[int, ...]:
+    """The shape of ``a @ b`` (see :func:`matmul_dims`)."""
+    m, _, n, batch = matmul_dims(a, b, transpose_b)
+    return batch + ((m,) if len(a) >= 2 else ()) + ((n,) if len(b) >= 2 else ())
+
+
+def _sub(array: str, idx: list[str]) -> str:
+    return f"{array}[{', '.join(idx)}]" if idx else array
 
 
 class OpsEmitter:
@@ -78,17 +105,11 @@ class OpsEmitter:
         else:
             scope.stores[id(out)] = Store(name, "array", out.shape, out.dtype)
 
-    def emit_transpose(self, node: Node, scope: Scope) -> None:
+    def emit_transpose(self, node: Node, scope: Scope, perm: list[int]) -> None:
+        """A :class:`~nbgrad.ops.traits.Permute` node: a NumPy transpose (a view)."""
         x, out = node.inputs[0], node.outputs[0]
         s = scope.get(x)
         nd = len(x.shape)
-        if node.op == "transpose":
-            perm = list(range(nd))
-            if nd:
-                d0, d1 = node.attrs["dim0"] % nd, node.attrs["dim1"] % nd
-                perm[d0], perm[d1] = perm[d1], perm[d0]
-        else:
-            perm = [d % nd for d in node.attrs["dims"]] if nd else []
         self.line(f"# {self.comment_node(node)}")
         if s.kind != "array" or perm == list(range(nd)):
             scope.stores[id(out)] = dataclasses.replace(s, shape=out.shape, fresh=False)
@@ -109,13 +130,43 @@ class OpsEmitter:
             scope.pool.add_ref(s.slot, out)
 
     # matrix products
-    def matmul_ok(self, node: Node) -> bool:
-        a, b = node.inputs
-        return (a is not None and b is not None and 1 <= a.ndim <= 2 and 1 <= b.ndim <= 2
-                and a.dtype.kind == "f" and a.dtype == b.dtype)
+    def matmul_ok(self, node: Node, kind: Matmul) -> str | None:
+        """None when tier 2 writes this product natively, else the reason it does not."""
+        a, b = node.inputs[0], node.inputs[1]
+        bias = self.bias_of(node, kind)
+        out = node.outputs[0]
+        if a is None or b is None or a.ndim < 1 or b.ndim < (2 if kind.transpose_b else 1):
+            return "operands of these ranks"
+        if not (a.dtype.kind == "f" and a.dtype == b.dtype == out.dtype) or (
+                bias is not None and (bias.dtype != out.dtype or bias.ndim > 1)):
+            return f"a product of {a.dtype} and {b.dtype} operands"
+        try:
+            shape = matmul_shape(a.shape, b.shape, kind.transpose_b)
+        except ValueError:
+            shape = None
+        inner = b.shape[-1] if kind.transpose_b or b.ndim == 1 else b.shape[-2]
+        if shape != out.shape or a.shape[-1] != inner:
+            return "operands of these shapes"
+        return None
 
-    def emit_matmul(self, node: Node, scope: Scope) -> None:
-        a, b = node.inputs
+    def bias_of(self, node: Node, kind: Matmul) -> Var | None:
+        """The bias input of a product (None: none declared, or absent)."""
+        if kind.bias is None:
+            return None
+        k = sum(1 for p in REGISTRY[node.op].params[:kind.bias] if p.is_tensor)
+        return node.inputs[k] if k < len(node.inputs) else None
+
+    def bias_ref(self, bias: Var, scope: Scope, j: str) -> str:
+        """The bias element added to output column ``j``."""
+        s = scope.get(bias)
+        return s.name if s.kind != "array" else s.ref([j] if bias.ndim else [])
+
+    def emit_matmul(self, node: Node, scope: Scope, kind: Matmul) -> None:
+        a, b = node.inputs[0], node.inputs[1]
+        if kind.transpose_b or self.bias_of(node, kind) is not None or a.ndim > 2 or \
+                b.ndim > 2:
+            self.emit_matmul_general(node, scope, kind)
+            return
         out = node.outputs[0]
         A, B = self.array_of(a, scope), self.array_of(b, scope)
         sa, sb = scope.get(a), scope.get(b)
@@ -177,6 +228,81 @@ class OpsEmitter:
             self.line(f"for j in range({n}):", 2)
             self.line(f"{eo('i', 'j')} += {acc} * {eb('q', 'j')}", 3)
 
+    def emit_matmul_general(self, node: Node, scope: Scope, kind: Matmul) -> None:
+        """A batched product (broadcast batch dimensions), ``b`` used transposed over
+        its last two dimensions (``transpose_b``) and an optional bias added to every
+        row: loops (small) or ``np.dot`` per batch (large)."""
+        a, b = node.inputs[0], node.inputs[1]
+        bias = self.bias_of(node, kind)
+        out = node.outputs[0]
+        m, k, n, batch = matmul_dims(a.shape, b.shape, kind.transpose_b)
+        A, B = self.array_of(a, scope), self.array_of(b, scope)
+        ra, rb = scope.get(a), scope.get(b)
+        self.line(f"# {self.comment_node(node)}")
+        s = self.store_array(out, scope) if out.shape else self.define_scalar(out, scope)
+        zero = literal(0, out.dtype)
+        nb = len(batch)
+
+        def prefix(v: Var) -> list[str]:
+            lead = nb - (v.ndim - 2)
+            return ["0" if (size == 1 and batch[lead + d] != 1) else f"b{lead + d}"
+                    for d, size in enumerate(v.shape[:-2])]
+
+        pa, pb = prefix(a) if a.ndim > 2 else [], prefix(b) if b.ndim > 2 else []
+        po = [f"b{d}" for d in range(nb)]
+
+        def ea(i: str, q: str) -> str:
+            return ra.ref(pa + ([i] if a.ndim >= 2 else []) + [q])
+
+        def eb(q: str, j: str) -> str:
+            if kind.transpose_b:
+                return rb.ref(pb + [j, q])
+            return rb.ref(pb + ([q, j] if b.ndim >= 2 else [q]))
+
+        def eo(i: str, j: str) -> str:
+            if not out.shape:
+                return s.name
+            return s.ref(po + ([i] if a.ndim >= 2 else []) + ([j] if b.ndim >= 2 else []))
+
+        for d, size in enumerate(batch):
+            self.line(f"for b{d} in range({size}):", d)
+        t = nb
+        if m * k * n > SMALL_MATMUL and k > 0 and a.ndim >= 2 and out.shape:
+            # np.dot needs contiguous matrices (a batch of a non-C array is not)
+            ok_a, ok_b = ("C" if pa else "CF"), ("C" if pb else "CF")
+            A = A if ra.layout in ok_a or ra.kind != "array" else f"np.ascontiguousarray({A})"
+            B = B if rb.layout in ok_b or rb.kind != "array" else f"np.ascontiguousarray({B})"
+            Bm = _sub(B, pb) + (".T" if kind.transpose_b else "")
+            self.line(f"np.dot({_sub(A, pa)}, {Bm}, {_sub(s.name, po)})", t)
+            if bias is not None:
+                self.line(f"for i in range({m}):", t)
+                self.line(f"for j in range({n}):", t + 1)
+                self.line(f"{eo('i', 'j')} += {self.bias_ref(bias, scope, 'j')}", t + 2)
+            return
+        # one dot product per output element (rows of a and of b.T are contiguous when
+        # b is transposed; else rows of b accumulate into a row of the output)
+        acc = self.fresh_name(f"acc{self.num(out)}")
+        row_dot = kind.transpose_b or b.ndim == 1
+        if row_dot:
+            self.line(f"for i in range({m}):", t)
+            self.line(f"for j in range({n}):", t + 1)
+            self.line(f"{acc} = {zero}", t + 2)
+            self.line(f"for q in range({k}):", t + 2)
+            self.line(f"{acc} += {ea('i', 'q')} * {eb('q', 'j')}", t + 3)
+            tail = "" if bias is None else f" + {self.bias_ref(bias, scope, 'j')}"
+            self.line(f"{eo('i', 'j')} = {acc}{tail}", t + 2)
+            return
+        self.line(f"for i in range({m}):", t)
+        self.line(f"for j in range({n}):", t + 1)
+        self.line(f"{eo('i', 'j')} = {zero}", t + 2)
+        self.line(f"for q in range({k}):", t + 1)
+        self.line(f"{acc} = {ea('i', 'q')}", t + 2)
+        self.line(f"for j in range({n}):", t + 2)
+        self.line(f"{eo('i', 'j')} += {acc} * {eb('q', 'j')}", t + 3)
+        if bias is not None:
+            self.line(f"for j in range({n}):", t + 1)
+            self.line(f"{eo('i', 'j')} += {self.bias_ref(bias, scope, 'j')}", t + 2)
+
     def emit_index_backward(self, node: Node, scope: Scope) -> None:
         """``out = zeros(sizes); out[index] = g`` for a basic index, as one loop nest."""
         g, out = node.inputs[0], node.outputs[0]
@@ -197,7 +323,9 @@ class OpsEmitter:
         self.line(f"{target} = {cast(value, g.dtype, out.dtype)}", g.ndim)
 
     # fallback through objmode
-    def emit_fallback(self, node: Node, scope: Scope) -> None:
+    def emit_fallback(self, node: Node, scope: Scope, reason: str) -> None:
+        """Run the node's eager CPU kernel through ``objmode``; ``reason``: why it does not
+        run natively (shown in the generated source)."""
         for v in list(node.inputs) + list(node.outputs):
             if v is not None and v.dtype.kind not in "biuf":
                 raise Tier2Unsupported(f"{node.op}: dtype {v.dtype} is not supported by tier 2")
@@ -214,7 +342,7 @@ class OpsEmitter:
                  for v in node.outputs]
         types = ", ".join(f"{n}='{objmode_type(v.dtype, max(v.ndim, 1))}'"
                           for n, v in zip(names, node.outputs, strict=True))
-        self.line(f"# {self.comment_node(node)}  [eager kernel, through objmode]")
+        self.line(f"# {self.comment_node(node)}  [through objmode: {reason}]")
         self.line(f"with objmode({types}):")
         call = f"_fallback({key}" + "".join(f", {a}" for a in args) + ")"
         lhs = ", ".join(names) + ("," if len(names) == 1 else "")

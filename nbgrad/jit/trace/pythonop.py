@@ -26,22 +26,8 @@ Runtime's ``com.microsoft`` PythonOp and PythonOpGrad:
     calls the user's ``backward`` with the saved ctx and checks what it returns as eager
     mode does (wrong count or shape raise the same errors).
 
-Context lifetime (ONNX Runtime kept the ctx by raw, once truncated, address and
-segfaulted or leaked: onnxruntime issues 8901, 15121, 16828). Contexts live in
-:data:`HANDLES`, a table keyed by a counter. Each entry has owners; it is released when
-the last one goes:
-
-- an executable run of a graph with PythonOps is an *owner scope* (:class:`OwningExecutable`,
-  and :func:`run_owned` around eager loop runs). Handles created in the run that leave it
-  through an output (the residuals a forward graph returns for the backward graph) are
-  handed to the output arrays, with a ``weakref.finalize`` on each: the ``JitBackward``
-  node keeps those arrays until its backward ran (``release()`` drops them unless
-  ``retain_graph``) or until it dies with the outputs. Handles that do not leave the run
-  are released when it ends;
-- outside a scope (eager replays, tracing) the handle array itself is the owner.
-
-Numbers, never addresses: a released handle is an error naming the Function (a second
-backward without ``retain_graph``), never a crash.
+Context handles live in :mod:`nbgrad.jit.trace.handles` (a counter-keyed table, never
+addresses).
 
 Errors raised by the user's ``forward`` or ``backward`` reach the caller as the original
 exception, with the Function's name added to the message.
@@ -53,32 +39,30 @@ import itertools
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-from ..autograd.function import BackwardFunction, FunctionCtx, apply_function
-from ..autograd.node import RETAIN_GRAPH_MESSAGE, gradient_edge
-from ..autograd.node import Node as AutogradNode
-from ..errors import TracerError
-from ..grad_mode import STATE, no_grad
-from ..tensor import STATE_TRACE, Tensor
+from ...autograd.function import BackwardFunction, FunctionCtx, _DelayedErrorNode, apply_function
+from ...autograd.node import Node as AutogradNode
+from ...autograd.node import gradient_edge
+from ...errors import TracerError
+from ...grad_mode import STATE, no_grad
+from ...tensor import STATE_TRACE, Tensor
+from .handles import HANDLES, own
 from .ir import (
-    FUNCTION,
-    LOOP,
     MARKERS,
     ONCE_DIFFERENTIABLE,
     PYTHON_OP,
     PYTHON_OP_GRAD,
-    Graph,
     Node,
     Var,
+    check,
     type_str,
 )
+from .tracer import stop_gradient
 
-__all__ = ["HANDLES", "HandleTable", "OwningExecutable", "PythonOpBackward", "live_contexts",
-           "owning", "run_node", "run_owned"]
+__all__ = ["PythonOpBackward", "run_node"]
 
 #: ONNX TensorProto data type codes of the dtypes nbgrad uses
 ONNX_TYPES = {"float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6,
@@ -90,221 +74,6 @@ _CTX_FIELDS = frozenset(vars(FunctionCtx()))
 def onnx_type(dtype: np.dtype) -> int:
     """The ONNX TensorProto type code of ``dtype`` (0 if it has none)."""
     return ONNX_TYPES.get(np.dtype(dtype).name, 0)
-
-
-# ------------------------------------------------------------------ the handle table
-class HandleTable:
-    """Autograd contexts of PythonOp calls, keyed by a counter (never by an address).
-
-    Every entry counts its owners; :meth:`release` drops one and removes the entry at
-    zero. ``created``/``released`` count entries over the table's life.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.RLock()  # finalizers may run while this thread holds it
-        self._counter = itertools.count(1)
-        self._live: dict[int, list] = {}  # handle -> [ctx, name, owners]
-        self.created = 0
-        self.released = 0
-
-    def register(self, ctx: FunctionCtx, name: str) -> int:
-        """A new handle for ``ctx``, with one owner (the caller)."""
-        entry = [ctx, name, 1]
-        h = next(self._counter)
-        with self._lock:
-            self._live[h] = entry
-            self.created += 1
-        return h
-
-    def get(self, handle: int, name: str) -> FunctionCtx:
-        """The context of ``handle``; a released one raises ``RuntimeError``."""
-        entry = self._live.get(handle)
-        if entry is None:
-            raise RuntimeError(f"PythonOpGrad of {name}: its autograd context (handle "
-                               f"{handle}) was already released. {RETAIN_GRAPH_MESSAGE}")
-        return entry[0]
-
-    def retain(self, *handles: int) -> None:
-        """Add one owner to each of ``handles``."""
-        with self._lock:
-            for h in handles:
-                entry = self._live.get(h)
-                if entry is not None:
-                    entry[2] += 1
-
-    def release(self, *handles: int) -> None:
-        """Drop one owner of each of ``handles`` (removing entries left without one)."""
-        with self._lock:
-            for h in handles:
-                entry = self._live.get(h)
-                if entry is None:
-                    continue
-                entry[2] -= 1
-                if entry[2] <= 0:
-                    del self._live[h]
-                    self.released += 1
-
-    def __len__(self) -> int:
-        return len(self._live)
-
-    def __contains__(self, handle: int) -> bool:
-        return handle in self._live
-
-    def stats(self) -> dict[str, int]:
-        """``{"live", "created", "released"}``."""
-        return {"live": len(self._live), "created": self.created, "released": self.released}
-
-
-#: the process-wide table of PythonOp contexts
-HANDLES = HandleTable()
-
-
-def live_contexts() -> int:
-    """How many PythonOp contexts are alive (the size of :data:`HANDLES`)."""
-    return len(HANDLES)
-
-
-# ------------------------------------------------------------------ owner scopes
-class _Scope:
-    __slots__ = ("created", "parent")
-
-    def __init__(self, parent: _Scope | None) -> None:
-        self.created: list[int] = []
-        self.parent = parent
-
-
-_TLS = threading.local()
-
-
-def _scope() -> _Scope | None:
-    return getattr(_TLS, "scope", None)
-
-
-@contextmanager
-def owner_scope():
-    """Collect the handles created in this thread until :func:`settle` decides their owners.
-
-    On an exception every handle created inside is released.
-    """
-    scope = _Scope(_scope())
-    _TLS.scope = scope
-    try:
-        yield scope
-    except BaseException:
-        _TLS.scope = scope.parent
-        HANDLES.release(*scope.created)
-        raise
-    _TLS.scope = scope.parent
-
-
-def settle(scope: _Scope, outputs: Sequence[Any], mask: Sequence[bool]) -> None:
-    """Give the handles of ``scope`` that appear in ``outputs[k]`` (where ``mask[k]``) to
-    those arrays (or to the enclosing scope); release the others."""
-    if not scope.created:
-        return
-    created = set(scope.created)
-    claimed: set[int] = set()
-    owners = []
-    for arr, m in zip(outputs, mask, strict=False):
-        if not m or not isinstance(arr, np.ndarray) or arr.dtype != np.int64:
-            continue
-        hs = created.intersection(arr.ravel().tolist())
-        if hs:
-            claimed |= hs
-            owners.append((arr, tuple(hs)))
-    if scope.parent is not None:
-        scope.parent.created.extend(claimed)
-    else:
-        for arr, hs in owners:
-            HANDLES.retain(*hs)
-            weakref.finalize(arr, HANDLES.release, *hs)
-        HANDLES.release(*claimed)
-    HANDLES.release(*(created - claimed))
-
-
-def _own(h: int, arr: np.ndarray, by_array: bool = False) -> None:
-    """The first owner of a new handle: the current scope, else the handle array."""
-    scope = None if by_array else _scope()
-    if scope is not None:
-        scope.created.append(h)
-    else:
-        weakref.finalize(arr, HANDLES.release, h)
-
-
-def _cached(graph: Graph, key: str, compute: Callable[[], Any]) -> Any:
-    k = ("pythonop", key)
-    value = graph.cache.get(k)
-    if value is None:
-        value = graph.cache[k] = compute()
-    return value
-
-
-def has_python_ops(graph: Graph) -> bool:
-    """Whether ``graph`` (loop bodies and native Function bodies included) has a PythonOp."""
-    def compute() -> bool:
-        for node in graph.walk():
-            if node.op == PYTHON_OP or (node.op == FUNCTION
-                                        and has_python_ops(node.attrs["#forward"])):
-                return True
-        return False
-    return _cached(graph, "has", compute)
-
-
-def handle_mask(graph: Graph) -> list[bool]:
-    """Per graph output: whether it may hold context handles made by this graph's PythonOps
-    (int64 values that depend on a handle)."""
-    def compute() -> list[bool]:
-        h: set[int] = set()
-        for node in graph.nodes:
-            if node.op == PYTHON_OP:
-                h.add(id(node.outputs[0]))
-                continue
-            inner = (node.op == LOOP and has_python_ops(node.attrs["body"])) or (
-                node.op == FUNCTION and has_python_ops(node.attrs["#forward"]))
-            if inner or any(v is not None and id(v) in h for v in node.inputs):
-                h.update(id(v) for v in node.outputs if v.dtype == np.int64)
-        return [id(v) in h for v in graph.outputs]
-    return _cached(graph, "mask", compute)
-
-
-class OwningExecutable:
-    """An executable of a graph with PythonOps, run as an owner scope of its handles.
-
-    Everything else (``graph``, ``tier``, ``source()``...) is the wrapped executable's.
-    """
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.mask = handle_mask(inner.graph)
-
-    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        with owner_scope() as scope:
-            outs = self.inner.run(arrays)
-        settle(scope, outs, self.mask)
-        return outs
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def __repr__(self) -> str:
-        return f"<owning {self.inner!r}>"
-
-
-def owning(exe):
-    """``exe``, wrapped in an :class:`OwningExecutable` when its graph has PythonOps."""
-    if isinstance(exe, OwningExecutable) or not has_python_ops(exe.graph):
-        return exe
-    return OwningExecutable(exe)
-
-
-def run_owned(graph: Graph, thunk: Callable[[], list]) -> list:
-    """``thunk()`` (which computes ``graph``'s outputs) as an owner scope of its handles."""
-    if not has_python_ops(graph):
-        return thunk()
-    with owner_scope() as scope:
-        outs = thunk()
-    settle(scope, outs, handle_mask(graph))
-    return outs
 
 
 # ------------------------------------------------------------------ attribute values
@@ -547,7 +316,7 @@ def _dirty(cls: type, ctx: FunctionCtx) -> None:
 def _handle_tensor(ctx: FunctionCtx, cls: type, by_array: bool) -> Tensor:
     h = HANDLES.register(ctx, qualified_name(cls))
     arr = np.asarray(h, np.int64)
-    _own(h, arr, by_array)
+    own(h, arr, by_array)
     return Tensor._make(arr)
 
 
@@ -706,9 +475,8 @@ def replay_node(node: Node, values: list) -> list:
     if node.op == ONCE_DIFFERENTIABLE:
         return [mark_once(values[0], node.attrs["name"])]
     if node.op in MARKERS:  # StopGradient
-        from .tracer import stop_gradient
         return [stop_gradient(values[0])]
-    from .function_trace import replay_function
+    from .function_trace import replay_function  # cyclic: function_trace builds PythonOps
     return replay_function(node, values)
 
 
@@ -793,7 +561,6 @@ def _replay_backward(node: Node, values: list) -> list[Tensor]:
 
 def mark_once(x: Tensor, name: str) -> Tensor:
     """The OnceDifferentiable marker: ``x`` itself, whose double backward raises."""
-    from ..autograd.function import _DelayedErrorNode
     tracer = STATE_TRACE.tracer
     if tracer is not None:
         v = tracer.lookup(x)
@@ -849,7 +616,7 @@ def _run_forward(node: Node, arrays: Sequence) -> list[np.ndarray]:
     _check_outputs(cls, outs, node.outputs[1:])
     h = HANDLES.register(ctx, a["name"])
     harr = np.asarray(h, np.int64)
-    _own(h, harr)
+    own(h, harr)
     return [harr] + [np.array(o._data, copy=True) for o in outs]
 
 
@@ -924,7 +691,6 @@ def check_node(node: Node, where: str) -> None:
             raise TracerError(f"ill-formed graph: {where}: outputs are an int64 handle and "
                               f"{n_out} tensors")
         return
-    from .ir import check
     body = a["#forward"]
     if len(body.inputs) != n_in or len(body.outputs) != len(node.outputs):
         raise TracerError(f"ill-formed graph: {where}: its forward graph does not match")

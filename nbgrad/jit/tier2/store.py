@@ -1,4 +1,4 @@
-"""Values and buffers of tier-2 generated code (used by :mod:`nbgrad.jit.codegen_emit`).
+"""Values and buffers of tier-2 generated code (used by :mod:`nbgrad.jit.tier2.emit`).
 
 - literals and dtypes as source text; each elementwise node's scalar expression,
   composed from :mod:`nbgrad.kernels.elementwise` (the one source of the arithmetic);
@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..kernels import elementwise as ew
-from . import fusion
-from .ir import Graph, Node, Var
+from ...kernels import elementwise as ew
+from ...ops.traits import Elementwise, Fill, Matmul
+from ..trace.ir import Graph, Node, Var
+from .fusion import kind_of
 
 if TYPE_CHECKING:
-    from .codegen_emit import FunctionEmitter
+    from .emit import FunctionEmitter
 
 
 class Tier2Unsupported(NotImplementedError):
@@ -54,6 +55,11 @@ def literal(value, dtype: np.dtype) -> str:
     if dtype.kind in "iu":
         return f"{np_type(dtype)}({int(value)})"
     raise Tier2Unsupported(f"constants of dtype {dtype} are not supported by tier 2")
+
+
+def fill(name: str, shape: tuple[int, ...], value: str) -> str:
+    """A statement setting every element of array ``name`` (Numba has no 0-d ``fill``)."""
+    return f"{name}.fill({value})" if shape else f"{name}[...] = {value}"
 
 
 def uniform_value(arr: np.ndarray):
@@ -87,14 +93,12 @@ def _subst(expr: str, names: dict[str, str]) -> str:
     return ast.unparse(Sub().visit(tree))
 
 
-def _param_values(node: Node, spec: ew.ScalarOp) -> dict[str, str]:
-    vals: dict[str, str] = {}
-    for k, name in enumerate(spec.params):
-        value = node.attrs[name]
-        if node.op == "gelu":
-            value = 0.0 if value == "none" else 1.0
-        vals[f"p{k}"] = literal(float(value), np.float64)
-    return vals
+def _param_values(node: Node, kind: Elementwise) -> dict[str, str]:
+    """``p0, p1...``: the op's parameters (through the kind's ``encode`` when declared)."""
+    values = [node.attrs[name] for name in kind.spec.params]
+    if kind.encode is not None:
+        values = list(kind.encode(*values))
+    return {f"p{k}": literal(float(v), np.float64) for k, v in enumerate(values)}
 
 
 def cast(expr: str, src: np.dtype, dst: np.dtype) -> str:
@@ -108,36 +112,24 @@ def cast(expr: str, src: np.dtype, dst: np.dtype) -> str:
 
 def scalar_expr(node: Node, args: list[str], arg_dtypes: list[np.dtype]) -> str:
     """The scalar expression of elementwise ``node`` over operand expressions ``args``."""
-    op = node.op
     out = node.outputs[0].dtype
-    if op in fusion.SHAPE_ONLY:
-        return literal(1 if op == "ones_like" else 0, out)
-    if op == "to_dtype":
-        return cast(args[0], arg_dtypes[0], out)
-    if op in fusion.BROADCASTS or op in ("contiguous", "index"):
-        return cast(args[0], arg_dtypes[0], out)
-    if op in ew.UNARY:
-        spec = ew.UNARY[op]
-        names = {"x": args[0], **_param_values(node, spec)}
-    elif op in ew.BINARY:
-        spec = ew.BINARY[op]
-        names = {"a": args[0], "b": args[1]}
-    elif op == "where":
-        spec = ew.TERNARY[op]
-        names = {"c": args[0], "a": args[1], "b": args[2]}
-    elif op == "lerp":
-        spec = ew.TERNARY[op]
-        names = {"a": args[0], "b": args[1], "c": args[2]}
-    elif op == "outer":
+    kind = kind_of(node)
+    if isinstance(kind, Fill):
+        return literal(kind.value, out)
+    if isinstance(kind, Elementwise):
+        spec = kind.spec
+        names = dict(zip(kind.operand_names(len(args)), args, strict=True))
+        names.update(_param_values(node, kind))
+    elif isinstance(kind, Matmul):  # outer: a[i] * b[j]
         spec = ew.BINARY["mul"]
         names = {"a": args[0], "b": args[1]}
-    else:  # pragma: no cover - fusion only passes the ops above
-        raise Tier2Unsupported(f"no scalar expression for {op}")
+    else:  # a cast, broadcast, copy or basic index: the operand, converted
+        return cast(args[0], arg_dtypes[0], out)
     text = _subst(spec.expr, names)
     if spec.kind == "bool":
         return text
-    if op == "where":
-        arg_dtypes = arg_dtypes[1:]
+    if spec.kind == "same":  # a boolean operand (``where``'s condition) is no value
+        arg_dtypes = [d for d in arg_dtypes if d != np.bool_]
     if out == np.float64 and all(d == np.float64 for d in arg_dtypes):
         return text
     if out == np.bool_:
@@ -211,7 +203,6 @@ class Pool:
             self.fn.prologue.append(f"{slot} = np.empty({var.shape!r}, {np_type(var.dtype)})")
             self.key_of[slot] = key
         if zero:  # here, not in the prologue: a loop body runs this every step
-            from .codegen_emit import fill
             self.fn.line(fill(slot, var.shape, "0"))
         self.refs[slot] = {id(var)}
         return slot

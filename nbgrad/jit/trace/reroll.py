@@ -24,9 +24,11 @@ re-rolled recursively. A trace without repetition is returned unchanged.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 
+from ...ops.indexing import Index
 from .ir import LOOP, Graph, LoopInfo, Node, Var, graph_hash, make_loop
 
 MIN_REPS = 4      # iterations a region needs
@@ -163,7 +165,82 @@ def _roll(nodes: list[Node], outputs: list[Var], consts: dict, rows: _Rows, star
     for i, n in enumerate(nodes):
         for k, v in enumerate(n.outputs):
             out_pos[id(v)] = (i, k)
+    pats = _patterns(nodes, out_pos, start, p, count)
+    if len(pats) < MIN_REPS:
+        return None
+    span = _iterations(pats)
+    if span is None:
+        return None
+    reg = _Region(nodes, start + span[0] * p, p, span[1])
+    if not _repeats(reg):
+        return None
+    ins = _classify_inputs(reg, pats[1], out_pos, consts, rows)
+    if ins is None:
+        return None
+    later_reads = _later_reads(reg, out_pos)
+    out_ids = {id(v) for v in outputs}
+    outs_final, outs_stack = _read_outputs(reg, later_reads, out_ids)
+    carry_keys = sorted(ins.carry_init)
+    extra_final = [rk for rk in outs_final if rk not in ins.carry_init]
+    body = _body(reg, ins, carry_keys, extra_final, outs_stack)
+    loop, stack_vars = _loop_node(reg, ins, consts, carry_keys, extra_final, outs_stack, body)
+    # rows of stacked values read later: index nodes right after the loop
+    rename: dict[int, Var] = {}
+    index_nodes = []
+    for rk, stack in zip(outs_stack, stack_vars, strict=True):
+        for j in range(reg.n_it):
+            v = reg.out(j, rk)
+            if id(v) in later_reads or id(v) in out_ids:
+                row = v.like()
+                index_nodes.append(Node("index", [stack], [row], {"indices": Index((j,))}))
+                rows.row_of[id(row)] = (stack, j)
+                rename[id(v)] = row
+    tail = []
+    for node in nodes[reg.end:]:
+        if any(v is not None and id(v) in rename for v in node.inputs):
+            node = Node(node.op, [None if v is None else rename.get(id(v), v)
+                                  for v in node.inputs], node.outputs, node.attrs)
+        tail.append(node)
+    new_outputs = [rename.get(id(v), v) for v in outputs]
+    return nodes[:reg.s0] + [loop] + index_nodes + tail, new_outputs
 
+
+@dataclass
+class _Region:
+    """A candidate loop: ``n_it`` repetitions of the ``p`` nodes from ``nodes[s0]``."""
+
+    nodes: list[Node]
+    s0: int
+    p: int
+    n_it: int
+
+    @property
+    def end(self) -> int:
+        return self.s0 + self.n_it * self.p
+
+    def node(self, j: int, r: int) -> Node:
+        """Node ``r`` of iteration ``j``."""
+        return self.nodes[self.s0 + j * self.p + r]
+
+    def out(self, j: int, rk: tuple[int, int]) -> Var:
+        """Output ``rk[1]`` of node ``rk[0]`` of iteration ``j``."""
+        return self.node(j, rk[0]).outputs[rk[1]]
+
+
+@dataclass
+class _Inputs:
+    """How the body reads each input slot ``(r, q)`` that is not internal."""
+
+    slot_kind: dict[tuple[int, int], tuple]   # ("carry", key) | ("inv", k) | ("xs", k)
+    carry_init: dict[tuple[int, int], Var]    # carry key -> its initial value
+    inv_vars: list[Var]                       # invariants, in first-use order
+    xs_final: list                            # (stack var, start, step, row var), deduped
+    remap_xs: dict[int, int]                  # xs slot number -> index in xs_final
+
+
+def _patterns(nodes: list[Node], out_pos: dict, start: int, p: int, count: int) -> list:
+    """Per iteration, the class of every input (internal, carry, or from outside); stops
+    at the first iteration that reads an older iteration."""
     def classify(j: int) -> list | None:
         base = start + j * p
         pat = []
@@ -190,20 +267,23 @@ def _roll(nodes: list[Node], outputs: list[Var], consts: dict, rows: _Rows, star
         if pat is None:
             break
         pats.append(pat)
-    if len(pats) < MIN_REPS:
-        return None
+    return pats
 
-    def same(a, b) -> bool:
-        for x, y in zip(a, b, strict=True):
-            if x[0] != y[0]:
-                return False
-            if x[0] in ("int", "carry") and x[1:] != y[1:]:
-                return False
-        return True
 
-    # the run of iterations agreeing with iteration 1 (which sees a previous iteration)
+def _same(a, b) -> bool:
+    for x, y in zip(a, b, strict=True):
+        if x[0] != y[0]:
+            return False
+        if x[0] in ("int", "carry") and x[1:] != y[1:]:
+            return False
+    return True
+
+
+def _iterations(pats: list) -> tuple[int, int] | None:
+    """(first iteration, number of iterations) of the run that agrees with iteration 1
+    (which sees a previous iteration), or None when it is too short."""
     j_end = 1
-    while j_end + 1 < len(pats) and same(pats[j_end + 1], pats[1]):
+    while j_end + 1 < len(pats) and _same(pats[j_end + 1], pats[1]):
         j_end += 1
     first = 0
     # iteration 0 qualifies when its non-carry inputs are classified the same way
@@ -215,23 +295,32 @@ def _roll(nodes: list[Node], outputs: list[Var], consts: dict, rows: _Rows, star
     n_it = j_end + 1 - first
     if n_it < MIN_REPS:
         return None
-    s0 = start + first * p
-    # tokens are hashes: check that every iteration really repeats the first one
+    return first, n_it
+
+
+def _repeats(reg: _Region) -> bool:
+    """Tokens are hashes: whether every iteration really repeats the first one."""
     fcache: dict = {}
-    for r in range(p):
-        t0 = nodes[s0 + r]
+    for r in range(reg.p):
+        t0 = reg.node(0, r)
         key = (t0.op, tuple((k, _freeze(v, fcache)) for k, v in t0.attrs.items()))
-        for j in range(1, n_it):
-            nj = nodes[s0 + j * p + r]
+        for j in range(1, reg.n_it):
+            nj = reg.node(j, r)
             if nj.op != t0.op or nj.attrs.keys() != t0.attrs.keys() or key != (
                     nj.op, tuple((k, _freeze(v, fcache)) for k, v in nj.attrs.items())):
-                return None
+                return False
+    return True
+
+
+def _classify_inputs(reg: _Region, ref: list, out_pos: dict, consts: dict,
+                     rows: _Rows) -> _Inputs | None:
+    """The carries, invariants and xs stacks of the region (``ref``: the pattern of
+    iteration 1), or None when an input fits none of them."""
     # per input slot: the vars read by each iteration (for "out" slots)
     slots = []  # (r, q, class)
     idx = 0
-    ref = pats[1]
-    for r in range(p):
-        node = nodes[s0 + r]
+    for r in range(reg.p):
+        node = reg.node(0, r)
         for q in range(len(node.inputs)):
             slots.append((r, q, ref[idx]))
             idx += 1
@@ -244,7 +333,7 @@ def _roll(nodes: list[Node], outputs: list[Var], consts: dict, rows: _Rows, star
     for r, q, cls in slots:
         if cls[0] != "out" and cls[0] != "carry":
             continue
-        vs = [nodes[s0 + j * p + r].inputs[q] for j in range(n_it)]
+        vs = [reg.node(j, r).inputs[q] for j in range(reg.n_it)]
         if cls[0] == "carry":
             init = vs[0]
             key = cls[1:]
@@ -264,7 +353,7 @@ def _roll(nodes: list[Node], outputs: list[Var], consts: dict, rows: _Rows, star
         if spec is None:
             return None
         where = out_pos.get(id(spec[0]))
-        if spec[0] not in consts and (where is None or where[0] >= s0):
+        if spec[0] not in consts and (where is None or where[0] >= reg.s0):
             return None  # a stack that an enclosing region absorbed meanwhile
         xs_specs.append(spec)
         slot_kind[(r, q)] = ("xs", len(xs_specs) - 1)
@@ -278,110 +367,105 @@ def _roll(nodes: list[Node], outputs: list[Var], consts: dict, rows: _Rows, star
             uniq[key] = len(xs_final)
             xs_final.append((stack, st, step, row))
         remap_xs[i] = uniq[key]
-    # values of the region read after it
-    region_end = s0 + n_it * p
+    return _Inputs(slot_kind, carry_init, inv_vars, xs_final, remap_xs)
+
+
+def _later_reads(reg: _Region, out_pos: dict) -> dict[int, set[int]]:
+    """Values of the region read after it: id(var) -> positions of the readers."""
     later_reads: dict[int, set[int]] = {}
-    for i in range(region_end, len(nodes)):
-        for v in nodes[i].inputs:
+    for i in range(reg.end, len(reg.nodes)):
+        for v in reg.nodes[i].inputs:
             if v is not None:
                 where = out_pos.get(id(v))
-                if where is not None and s0 <= where[0] < region_end:
+                if where is not None and reg.s0 <= where[0] < reg.end:
                     later_reads.setdefault(id(v), set()).add(i)
-    out_ids = {id(v) for v in outputs}
-    carry_keys = sorted(carry_init)
-    # outputs: (rel, k) -> "final" (last iteration only) or "stack"
+    return later_reads
+
+
+def _read_outputs(reg: _Region, later_reads: dict, out_ids: set[int]
+                  ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The body outputs read after the loop: "final" (read from the last iteration only)
+    and "stack" (read from other iterations too), as (node, output) positions."""
     outs_final: list[tuple[int, int]] = []
     outs_stack: list[tuple[int, int]] = []
-    for r in range(p):
-        node = nodes[s0 + r]
+    for r in range(reg.p):
+        node = reg.node(0, r)
         for k in range(len(node.outputs)):
             used = []
-            for j in range(n_it):
-                v = nodes[s0 + j * p + r].outputs[k]
+            for j in range(reg.n_it):
+                v = reg.out(j, (r, k))
                 if id(v) in later_reads or id(v) in out_ids:
                     used.append(j)
             if not used:
                 continue
-            if used == [n_it - 1]:
+            if used == [reg.n_it - 1]:
                 outs_final.append((r, k))
             else:
                 outs_stack.append((r, k))
-    # build the body from the first iteration
-    tmpl = nodes[s0:s0 + p]
+    return outs_final, outs_stack
+
+
+def _body(reg: _Region, ins: _Inputs, carry_keys: list, extra_final: list,
+          outs_stack: list) -> Graph:
+    """The loop body, built from the first iteration (and re-rolled in turn)."""
+    tmpl = reg.nodes[reg.s0:reg.s0 + reg.p]
     body_map: dict[int, Var] = {}
     b_carry = []
     for key in carry_keys:
-        v = nodes[s0 + key[0]].outputs[key[1]]
-        b_carry.append(v.like())
-    extra_final = [rk for rk in outs_final if rk not in carry_init]
+        b_carry.append(reg.out(0, key).like())
     for rk in extra_final:  # a value read only after the loop: a carry with a zero init
-        v = nodes[s0 + rk[0]].outputs[rk[1]]
-        b_carry.append(v.like())
-    b_xs = [xs_final[i][3].like() for i in range(len(xs_final))]
-    b_inv = [v.like() for v in inv_vars]
+        b_carry.append(reg.out(0, rk).like())
+    b_xs = [ins.xs_final[i][3].like() for i in range(len(ins.xs_final))]
+    b_inv = [v.like() for v in ins.inv_vars]
     b_consts: dict = {}
     new_nodes = []
     for r, node in enumerate(tmpl):
-        ins = []
+        args = []
         for q, v in enumerate(node.inputs):
             if v is None:
-                ins.append(None)
+                args.append(None)
                 continue
-            cls = slot_kind.get((r, q))
+            cls = ins.slot_kind.get((r, q))
             if cls is None:  # internal
-                ins.append(body_map[id(v)])
+                args.append(body_map[id(v)])
             elif cls[0] == "carry":
-                ins.append(b_carry[carry_keys.index(cls[1])])
+                args.append(b_carry[carry_keys.index(cls[1])])
             elif cls[0] == "inv":
-                ins.append(b_inv[cls[1]])
+                args.append(b_inv[cls[1]])
             else:
-                ins.append(b_xs[remap_xs[cls[1]]])
+                args.append(b_xs[ins.remap_xs[cls[1]]])
         outs = [v.like() for v in node.outputs]
         for v, o in zip(node.outputs, outs, strict=True):
             body_map[id(v)] = o
-        new_nodes.append(Node(node.op, ins, outs, node.attrs))
-    b_outputs = [body_map[id(nodes[s0 + key[0]].outputs[key[1]])] for key in carry_keys]
-    b_outputs += [body_map[id(nodes[s0 + rk[0]].outputs[rk[1]])] for rk in extra_final]
-    b_outputs += [body_map[id(nodes[s0 + rk[0]].outputs[rk[1]])] for rk in outs_stack]
-    body = reroll(Graph(b_carry + b_xs + b_inv, b_consts, new_nodes, b_outputs))
-    # the loop node
-    init_vars = [carry_init[key] for key in carry_keys]
+        new_nodes.append(Node(node.op, args, outs, node.attrs))
+    b_outputs = [body_map[id(reg.out(0, key))] for key in carry_keys]
+    b_outputs += [body_map[id(reg.out(0, rk))] for rk in extra_final]
+    b_outputs += [body_map[id(reg.out(0, rk))] for rk in outs_stack]
+    return reroll(Graph(b_carry + b_xs + b_inv, b_consts, new_nodes, b_outputs))
+
+
+def _loop_node(reg: _Region, ins: _Inputs, consts: dict, carry_keys: list,
+               extra_final: list, outs_stack: list, body: Graph) -> tuple[Node, list[Var]]:
+    """The loop node that replaces the region, and its stacked outputs."""
+    init_vars = [ins.carry_init[key] for key in carry_keys]
     for rk in extra_final:
-        v = nodes[s0 + rk[0]].outputs[rk[1]]
+        v = reg.out(0, rk)
         z = v.like()
         consts[z] = np.zeros(v.shape, v.dtype)
         init_vars.append(z)
-    final_vars = [nodes[region_end - p + key[0]].outputs[key[1]] for key in carry_keys]
-    final_vars += [nodes[region_end - p + rk[0]].outputs[rk[1]] for rk in extra_final]
+    last = reg.n_it - 1
+    final_vars = [reg.out(last, key) for key in carry_keys]
+    final_vars += [reg.out(last, rk) for rk in extra_final]
     stack_vars = []
     for rk in outs_stack:
-        v = nodes[s0 + rk[0]].outputs[rk[1]]
-        stack_vars.append(Var((n_it,) + v.shape, v.dtype))
-    info = LoopInfo(n_it, len(b_carry), len(xs_final),
-                    tuple((st, step) for _, st, step, _ in xs_final),
-                    tuple((0, 1, n_it) for _ in outs_stack), None, body)
-    loop = make_loop(init_vars + [s for s, _, _, _ in xs_final] + inv_vars,
+        v = reg.out(0, rk)
+        stack_vars.append(Var((reg.n_it,) + v.shape, v.dtype))
+    info = LoopInfo(reg.n_it, len(carry_keys) + len(extra_final), len(ins.xs_final),
+                    tuple((st, step) for _, st, step, _ in ins.xs_final),
+                    tuple((0, 1, reg.n_it) for _ in outs_stack), None, body)
+    loop = make_loop(init_vars + [s for s, _, _, _ in ins.xs_final] + ins.inv_vars,
                      final_vars + stack_vars, info)
-    # rows of stacked values read later: index nodes right after the loop
-    from ..ops.indexing import Index
-    rename: dict[int, Var] = {}
-    index_nodes = []
-    for rk, stack in zip(outs_stack, stack_vars, strict=True):
-        for j in range(n_it):
-            v = nodes[s0 + j * p + rk[0]].outputs[rk[1]]
-            if id(v) in later_reads or id(v) in out_ids:
-                row = v.like()
-                index_nodes.append(Node("index", [stack], [row], {"indices": Index((j,))}))
-                rows.row_of[id(row)] = (stack, j)
-                rename[id(v)] = row
-    tail = []
-    for node in nodes[region_end:]:
-        if any(v is not None and id(v) in rename for v in node.inputs):
-            node = Node(node.op, [None if v is None else rename.get(id(v), v)
-                                  for v in node.inputs], node.outputs, node.attrs)
-        tail.append(node)
-    new_outputs = [rename.get(id(v), v) for v in outputs]
-    return nodes[:s0] + [loop] + index_nodes + tail, new_outputs
+    return loop, stack_vars
 
 
 def _stack_of(vs: list[Var], rows: _Rows, consts: dict):

@@ -2,11 +2,11 @@
 
 :func:`compile_graph` turns a graph (forward, or forward and backward traced
 together) into one ``@njit(cache=True)`` function in a generated module: fused
-elementwise regions with their reductions (:mod:`nbgrad.jit.fusion`), loops as
+elementwise regions with their reductions (:mod:`nbgrad.jit.tier2.fusion`), loops as
 native loops, small matrix products as loops and large ones through BLAS (see
-:mod:`nbgrad.jit.codegen_emit`). The module is written to the cache folder through
+:mod:`nbgrad.jit.tier2.emit`). The module is written to the cache folder through
 :func:`nbgrad.codegen.load_module` (real files, so Numba's ``cache=True`` works;
-Numba cannot cache code made by ``exec``), named after :func:`~nbgrad.jit.ir.graph_hash`;
+Numba cannot cache code made by ``exec``), named after :func:`~nbgrad.jit.trace.ir.graph_hash`;
 the folder is keyed by the nbgrad, Numba and Python versions. A second process that
 builds the same graph therefore finds the module and Numba's compiled code on disk and
 compiles nothing. A damaged module file is rewritten (one warning); a damaged or
@@ -27,14 +27,19 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+import numba
 import numpy as np
 
-from .. import codegen as _files
-from ..kernels.elementwise import SCALAR_IMPORT
-from .codegen_emit import FunctionEmitter, Tier2Unsupported
+from ... import codegen as _files
+from ...kernels.elementwise import SCALAR_IMPORT
+from ...ops.registry import REGISTRY
+from ..executable import Executable
+from ..tier1.lowering import build_tape
+from ..trace.ir import CUSTOM_KINDS, LOOP, Graph, Node, format_graph, graph_hash, node_args
+from ..trace.pythonop import fallback_callable
+from .emit import FunctionEmitter, Tier2Unsupported
 from .fusion import unstack_invariants
-from .ir import CUSTOM_KINDS, LOOP, Graph, Node, format_graph, graph_hash, node_args
-from .program import Executable
+from .moves import native_digest
 
 __all__ = ["CompiledGraph", "FASTMATH", "Tier2Unsupported", "compile_graph", "generate"]
 
@@ -72,7 +77,7 @@ def _fallback(key, *args):
 
 
 def number_vars(graph: Graph) -> dict[int, int]:
-    """``id(var) -> n`` as :func:`~nbgrad.jit.ir.format_graph` numbers them (``%n``)."""
+    """``id(var) -> n`` as :func:`~nbgrad.jit.trace.ir.format_graph` numbers them (``%n``)."""
     numbers: dict[int, int] = {}
 
     def nm(v) -> None:
@@ -126,6 +131,8 @@ class Generated:
         self.params = params
         self.const_args = const_args
         self.fallbacks = fallbacks
+        #: (global name, @njit function) bound in the module before it compiles
+        self.natives: list[tuple[str, Any]] = []
         self.hash = ghash
         self.stats = stats
 
@@ -147,6 +154,11 @@ def generate(graph: Graph, fastmath: frozenset[str] | bool = FASTMATH) -> Genera
     doc = "\n".join(ir_lines).replace("\\", "\\\\").replace('"""', "'''")
     doc = re.sub(r" at 0x[0-9a-fA-F]+", "", doc)  # addresses differ between processes
     text = _HEADER.format(ghash=ghash, graph=doc, scalar_import=SCALAR_IMPORT)
+    if em.natives:  # the digest: the text (so the module and its cache) follows their code
+        text += "# native functions of opaque ops, bound when the module is loaded:\n"
+        text += "".join(f"#   {key} = {_qualified(fn)}  (source {native_digest(fn)})\n"
+                        for key, fn in em.natives)
+    text += "".join(line + "\n" for line in em.globals_lines)
     # objmode blocks take the GIL: Numba warns about nogil=True with them
     nogil = "" if em.fallbacks else "nogil=True, "
     text += f"\n@njit(cache=True, {nogil}error_model=\"numpy\", fastmath={fm})\n"
@@ -155,15 +167,20 @@ def generate(graph: Graph, fastmath: frozenset[str] | bool = FASTMATH) -> Genera
     stats = {"regions": em.regions, "fused_nodes": em.fused_nodes,
              "fallbacks": [n.op for _, n in em.fallbacks],
              "nodes": sum(1 for _ in graph.walk())}
-    return Generated(graph, text, entry, params, [a for _, a in em.const_args],
-                     em.fallbacks, ghash, stats)
+    gen = Generated(graph, text, entry, params, [a for _, a in em.const_args],
+                    em.fallbacks, ghash, stats)
+    gen.natives = list(em.natives)
+    return gen
+
+
+def _qualified(fn) -> str:
+    py = getattr(fn, "py_func", fn)
+    return f"{getattr(py, '__module__', '?')}.{getattr(py, '__qualname__', '?')}"
 
 
 def _fallback_callable(node: Node):
     """A Python function running ``node``'s eager CPU kernel on arrays (for objmode)."""
-    from ..ops.registry import REGISTRY
     if node.op in CUSTOM_KINDS:  # a custom Function's Python code (PythonOp, PythonOpGrad)
-        from .pythonop import fallback_callable
         return fallback_callable(node)
     kernel = REGISTRY[node.op].kernel_for("cpu")
     ins = [(v.shape, v.dtype) if v is not None else None for v in node.inputs]
@@ -208,7 +225,6 @@ class CompiledGraph(Executable):
 
     # -------------------------------------------------------------- compile
     def signature(self) -> tuple:
-        import numba
         types = [numba.typeof(np.empty(shape, dtype)) for shape, dtype in self.in_specs]
         types += [numba.typeof(np.ascontiguousarray(a)) for a in self.const_args]
         return tuple(types)
@@ -287,131 +303,15 @@ def compile_graph(graph: Graph, *, fastmath: frozenset[str] | bool = FASTMATH,
             _REFUSED_WARNED.add(reason)
             warnings.warn(f"nbgrad.jit: tier 2 does not compile this graph ({reason}); it "
                           "runs in tier 1 (the tape interpreter)", RuntimeWarning, stacklevel=3)
-        from .lowering import build_tape
         exe = build_tape(graph)
         exe.tier2_refused = reason
         return exe
     module = _files.load_module(f"jit_{gen.hash}", gen.source)
+    for key, fn in gen.natives:  # before Numba compiles: it resolves globals then
+        setattr(module, key, fn)
     for key, node in gen.fallbacks:
         module.FALLBACK[key] = _fallback_callable(node)
     compiled = CompiledGraph(gen, module, fastmath)
     if not lazy:
         compiled.compile()
     return compiled
-
-
-# ------------------------------------------------------------------ promotion (mode="auto")
-#: promotion threads started by :func:`promote_in_background` (see :func:`wait_for_promotions`)
-PROMOTIONS: list[threading.Thread] = []
-#: the tier an entry is in while tier 2 compiles it (``program.build`` runs tier 1 for it)
-PROMOTING = "promoting"
-#: the tier of an entry whose promotion failed (it stays in tier 1 for good)
-TIER1_FINAL = "interpret (tier 2 refused)"
-
-
-#: set at interpreter exit: promotions stop (a compile in flight is abandoned)
-_EXITING = False
-#: how long exit waits for promotion threads to stop at a compiler-pass boundary
-EXIT_GRACE_S = 1.0
-_IN_PROMOTION = threading.local()
-_HOOKED = False
-
-
-class PromotionAbandoned(Exception):
-    """Raised inside a promotion's Numba compile when the interpreter exits."""
-
-
-def _at_exit() -> None:
-    """Abandon unfinished promotions: nothing waits for a compile at exit.
-
-    Promotion threads are daemons (Python does not join them). Their Numba compile
-    stops at the next compiler pass (:func:`_install_exit_hook`); exit waits at most
-    :data:`EXIT_GRACE_S` for that (a thread inside one long LLVM call is left in it;
-    teardown may wait for that call to return, never for the rest of the compile). The generated
-    module stays on disk: the next process that promotes the graph compiles it again (or
-    finds it in Numba's disk cache if it had finished).
-    """
-    global _EXITING
-    _EXITING = True
-    deadline = time.monotonic() + EXIT_GRACE_S
-    for t in list(PROMOTIONS):
-        t.join(max(0.0, deadline - time.monotonic()))
-
-
-def _install_exit_hook() -> None:
-    """Once: the exit handler, and a Numba compiler-pass listener that aborts a
-    promotion thread's compile at the next pass once the interpreter exits."""
-    global _HOOKED
-    if _HOOKED:
-        return
-    _HOOKED = True
-    import atexit
-
-    from numba.core import event
-
-    class _Abandon(event.Listener):
-        def on_start(self, ev) -> None:
-            if _EXITING and getattr(_IN_PROMOTION, "active", False):
-                raise PromotionAbandoned("the interpreter is exiting")
-
-        def on_end(self, ev) -> None:
-            pass
-
-    event.register("numba:run_pass", _Abandon())
-    atexit.register(_at_exit)
-
-
-def promote_in_background(entry) -> threading.Thread:
-    """Compile the executables a ``nbgrad.jit`` entry already uses with tier 2, in a
-    thread, and swap them in when ready; calls keep running in tier 1 meanwhile.
-
-    ``entry`` is the API's per-signature record (``nbgrad.jit.api._Entry``): its
-    ``_exe`` dict maps a role ("main", "fwd", "bwd") to an executable with a ``graph``;
-    ``tier`` is set to :data:`PROMOTING` by the caller and to ``"compile"`` here once
-    the generated code is loaded and compiled (or :data:`TIER1_FINAL` if tier 2 cannot
-    compile the graph: the entry then stays in tier 1 without trying again).
-    """
-    def work() -> None:
-        from .program import build  # the API's own path (custom Function nodes, handles)
-        _IN_PROMOTION.active = True
-        try:
-            built: dict[str, Executable] = {}
-            for role, exe in list(entry._exe.items()):
-                if getattr(exe, "tier", None) == "compile":
-                    continue
-                if _EXITING:  # the interpreter is exiting: abandon the promotion
-                    return
-                new = build(exe.graph, "compile")
-                if getattr(new, "tier", None) != "compile":  # tier 2 refused the graph
-                    entry.tier = TIER1_FINAL
-                    return
-                built[role] = new
-        except Exception as exc:  # never break a running program: stay in tier 1
-            entry.tier = TIER1_FINAL
-            if _EXITING:  # abandoned at exit (PromotionAbandoned, or a module torn down)
-                return
-            warnings.warn(f"nbgrad.jit: compiling a hot graph with tier 2 failed "
-                          f"({type(exc).__name__}: {exc}); it keeps running in tier 1",
-                          RuntimeWarning, stacklevel=1)
-            return
-        with entry._lock:
-            adopt = getattr(entry, "adopt", None)  # its first run is checked against tier 1
-            for role, new in built.items():
-                entry._exe[role] = adopt(role, new) if adopt is not None else new
-            entry.tier = "compile"
-
-    _install_exit_hook()
-    # a daemon: Python does not join it at exit (an unfinished compile is abandoned)
-    thread = threading.Thread(target=work, name="nbgrad-jit-tier2", daemon=True)
-    PROMOTIONS.append(thread)
-    thread.start()
-    return thread
-
-
-def wait_for_promotions(timeout: float | None = None) -> bool:
-    """Wait until every promotion started so far has finished; True if all did."""
-    for t in list(PROMOTIONS):
-        t.join(timeout)
-    alive = [t for t in PROMOTIONS if t.is_alive()]
-    PROMOTIONS[:] = alive
-    return not alive

@@ -1,4 +1,4 @@
-"""The tracer: records the ops a Python function runs into a :class:`~nbgrad.jit.ir.Graph`.
+"""The tracer: records the ops a Python function runs into a :class:`~nbgrad.jit.trace.ir.Graph`.
 
 Tracing is concrete. While a :class:`Tracer` is installed in
 ``nbgrad.tensor.STATE_TRACE``, every op still runs eagerly, and
@@ -16,7 +16,7 @@ input; an op whose inputs are all constant is folded (not recorded).
 
 Where eager mode cuts the autograd graph, the graph gets a ``StopGradient`` marker,
 because the graph is differentiated afterwards by replaying it with every op recording
-(:mod:`nbgrad.jit.autodiff`): a ``detach()`` (also ``.data`` and the functional
+(:mod:`nbgrad.jit.trace.autodiff`): a ``detach()`` (also ``.data`` and the functional
 transforms' detached results) of a value that carries a gradient becomes the marker's
 output (on a new alias of the array, so that both stay apart), and an op recorded with
 grad enabled reads a marker in place of any input that does not require grad eagerly
@@ -42,13 +42,13 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import is_cuda_array
-from ..errors import TracerError
-from ..grad_mode import STATE
-from ..tensor import STATE_TRACE, Tensor
+from ...backends import is_cuda_array
+from ...errors import TracerError
+from ...grad_mode import STATE
+from ...tensor import STATE_TRACE, Tensor
 from .ir import STOP_GRADIENT, Graph, Node, Var
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _SMALL = 64  # constants with at most this many elements are shared by value
 
 
@@ -69,7 +69,7 @@ class Tracer:
     value of the parent used in the body becomes an invariant input of the body
     (``self.captures`` lists ``(parent var, body var, tensor)``). ``cut_gradients``:
     put ``StopGradient`` markers where eager mode cuts the graph (off for the joint
-    graphs of :mod:`nbgrad.jit.autodiff`, which record a differentiation themselves).
+    graphs of :mod:`nbgrad.jit.trace.autodiff`, which record a differentiation themselves).
     """
 
     def __init__(self, parent: Tracer | None = None, implicit_inputs: bool = True,
@@ -328,12 +328,12 @@ class Tracer:
 
     def wants_function(self, cls: type, args: tuple, kwargs: dict | None = None) -> bool:
         """Whether ``cls.apply(*args)`` must be recorded (see :mod:`.function_trace`)."""
-        from .function_trace import wants_function
+        from .function_trace import wants_function  # cyclic: function_trace traces with us
         return wants_function(self, cls, args, kwargs)
 
     def trace_function(self, cls: type, args: tuple, kwargs: dict) -> Any:
         """Record a custom Function: natively or as a PythonOp (:mod:`.function_trace`)."""
-        from .function_trace import trace_function
+        from .function_trace import trace_function  # cyclic (see wants_function)
         return trace_function(self, cls, args, kwargs)
 
     def alias(self, new: Tensor, old: Tensor) -> None:

@@ -19,9 +19,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..grad_mode import enable_grad
-from ..tensor import Tensor
+from ... import autograd
+from ...grad_mode import enable_grad
+from ...tensor import Tensor
+from ..reference import replay
 from .ir import LOOP, STOP_GRADIENT, Graph, LoopInfo, Node, Var
+from .passes import dce_nodes
 from .tracer import Tracer
 
 
@@ -48,8 +51,6 @@ def joint_graph(graph: Graph, rg: Sequence[bool], example: Sequence[np.ndarray],
     for the inputs (shapes and dtypes are what matter; values steer nothing);
     ``out_mask[k]``: output ``k`` may receive a cotangent (default: all).
     """
-    from .. import autograd
-    from .reference import replay
     tracer = Tracer(implicit_inputs=False, cut_gradients=False)
     leaves = []
     for v, arr, r in zip(graph.inputs, example, rg, strict=True):
@@ -127,7 +128,6 @@ class VJPSplit:
 
 def split_vjp(graph: Graph, rg: Sequence[bool], example: Sequence[np.ndarray]) -> VJPSplit:
     """Forward and backward graphs of ``graph`` for the inputs flagged in ``rg``."""
-    from .passes import dce_nodes
     joint = joint_graph(graph, rg, example)
     pnodes, tnodes, needed = partial_eval(joint)
     pos = {id(v): i for i, v in enumerate(joint.inputs)}

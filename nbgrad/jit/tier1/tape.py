@@ -1,0 +1,207 @@
+"""Tier-1 runtime: :class:`TapeExecutable` runs the encoded tape (native segments of the
+precompiled interpreter, eager steps between them) and prints it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...ops.registry import REGISTRY
+from ..executable import Executable
+from ..trace.ir import CUSTOM_KINDS, LOOP, Graph, LoopInfo, format_graph, node_args, type_str
+from ..trace.loops import execute_loop_eager
+from ..trace.pythonop import run_node
+from . import interpreter as I
+from .operands import EagerStep, Instr, Loc
+from .storage import _assign
+
+if TYPE_CHECKING:
+    from .lowering import Lowering
+
+class TapeExecutable(Executable):
+    """A lowered graph: native segments of the interpreter and eager steps."""
+
+    tier = "interpret"
+
+    def __init__(self, graph: Graph, dtype: np.dtype, lw: Lowering, in_locs: list,
+                 out_locs: list) -> None:
+        super().__init__(graph)
+        self.dtype = np.dtype(dtype)
+        self.lw = lw
+        inputs_st = [loc.st for loc in in_locs if isinstance(loc, Loc)]
+        outputs_st = [loc.st for loc in out_locs if isinstance(loc, Loc)]
+        self.size = _assign(lw.code, lw.storages, inputs_st, outputs_st)
+        self._encode(lw.code)
+        self.in_locs = in_locs
+        self.out_locs = out_locs
+        self.side_consts = {id(v): a for v, a in graph.consts.items() if id(v) in lw.side}
+        self.template = np.zeros(self.size, self.dtype)
+        for st, arr in lw.consts:
+            self.template[st.offset:st.offset + arr.size] = arr  # storages hold >= 1
+        self._pool = self.template.copy()
+        self._lock = threading.Lock()
+        self.native_calls = sum(1 for s in self.steps if s[0] == "native")
+
+    def _encode(self, code: list) -> None:
+        rows = []
+        fp: list[float] = [0.0, 0.0]
+        ia: list[np.ndarray] = []
+        ia_len = 0
+        steps: list = []
+        seg_start = 0
+        for item in code:
+            if isinstance(item, EagerStep):
+                if len(rows) > seg_start:
+                    steps.append(("native", seg_start, len(rows)))
+                steps.append(("eager", item))
+                seg_start = len(rows)
+                continue
+            row = np.zeros(I.WIDTH, np.int64)
+            row[I.F_OP] = item.op
+            for field, sfield, loc in ((I.F_O, I.F_SO, item.o), (I.F_A, I.F_SA, item.a),
+                                       (I.F_B, I.F_SB, item.b), (I.F_C, I.F_SC, item.c)):
+                if loc is not None:
+                    row[field] = loc.st.offset + loc.off
+                    row[sfield] = loc.stride
+            row[I.F_N], row[I.F_M], row[I.F_K] = item.n, item.m, item.k
+            row[I.F_F], row[I.F_G], row[I.F_H] = item.f, item.g, item.h
+            if item.fp:
+                row[I.F_P] = len(fp)
+                fp.extend(item.fp)
+                fp.extend([0.0] * max(0, 2 - len(item.fp)))
+            elif len(item.ia):
+                row[I.F_P] = ia_len
+                arr = np.asarray(item.ia, np.int64)
+                ia.append(arr)
+                ia_len += arr.size
+            item.pos = len(rows)
+            rows.append(row)
+        if len(rows) > seg_start:
+            steps.append(("native", seg_start, len(rows)))
+        for item in code:
+            if isinstance(item, Instr) and item.op == I.OP_LOOP:
+                rows[item.pos][I.F_M] = item.target.pos
+            elif isinstance(item, Instr) and item.op == I.OP_ENDLOOP:
+                rows[item.pos][I.F_M] = item.target.pos
+        self.ins = np.array(rows, np.int64).reshape(-1, I.WIDTH)
+        self.fp = np.array(fp, np.float64)
+        self.ia = np.concatenate(ia) if ia else np.zeros(1, np.int64)
+        self.steps = steps
+        self.code = code
+
+    # -------------------------------------------------------------- running
+    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if self._lock.acquire(blocking=False):
+            try:
+                return self._run(self._pool, arrays)
+            finally:
+                self._lock.release()
+        return self._run(self.template.copy(), arrays)
+
+    def _run(self, buf: np.ndarray, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        side: dict[int, np.ndarray] = dict(self.side_consts)
+        for loc, arr in zip(self.in_locs, arrays, strict=True):
+            if isinstance(loc, Loc):
+                o = loc.st.offset
+                buf[o:o + arr.size] = np.asarray(arr).reshape(-1)
+            else:
+                side[id(loc[1])] = np.asarray(arr)
+        run = I.run_function()
+        for step in self.steps:
+            if step[0] == "native":
+                run(self.ins, step[1], step[2], buf, self.fp, self.ia)
+            else:
+                self._eager(step[1], buf, side)
+        outs = []
+        for loc, v in zip(self.out_locs, self.graph.outputs, strict=True):
+            if isinstance(loc, Loc):
+                o = loc.st.offset + loc.off
+                outs.append(buf[o:o + v.size].reshape(v.shape).astype(v.dtype))
+            else:
+                outs.append(np.array(side[id(v)], copy=True))
+        return outs
+
+    def _eager(self, step: EagerStep, buf: np.ndarray, side: dict) -> None:
+        node = step.node
+        vals = []
+        for v, loc in zip(node.inputs, step.ins, strict=True):
+            if v is None:
+                vals.append(None)
+            elif isinstance(loc, Loc):
+                o = loc.st.offset + loc.off
+                arr = buf[o:o + v.size].reshape(v.shape)
+                vals.append(arr.astype(v.dtype) if v.dtype != buf.dtype else arr.copy())
+            else:
+                vals.append(side[id(v)])
+        if node.op == LOOP:
+            outs = execute_loop_eager(LoopInfo.of(node), vals)
+        elif node.op in CUSTOM_KINDS:  # custom Functions: Python code (pythonop.run_node)
+            outs = run_node(node, vals)
+        else:
+            op = REGISTRY[node.op]
+            out = op.kernel_for("cpu")(*node_args(node, vals))
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        for v, loc, arr in zip(node.outputs, step.outs, outs, strict=True):
+            if isinstance(loc, Loc):
+                o = loc.st.offset + loc.off
+                buf[o:o + v.size] = np.asarray(arr).reshape(-1)
+            else:
+                side[id(v)] = np.asarray(arr)
+
+    # -------------------------------------------------------------- text
+    def source(self) -> str:
+        lines = [f"# tier-1 tape: {len(self.ins)} instructions, pool of {self.size} "
+                 f"{self.dtype.name}, {self.native_calls} native segment(s), "
+                 f"{sum(1 for s in self.steps if s[0] == 'eager')} eager step(s)"]
+        depth = 0
+        for step in self.steps:
+            if step[0] == "eager":
+                node = step[1].node
+                types = ", ".join(type_str(v) for v in node.inputs if v is not None)
+                lines.append(f"  EAGER {node.op}({types})")
+                continue
+            lines.append(f"  -- native segment [{step[1]}, {step[2]})")
+            for pc in range(step[1], step[2]):
+                row = self.ins[pc]
+                op = int(row[I.F_OP])
+                name = I.OP_NAMES.get(op, str(op))
+                if op == I.OP_ENDLOOP:
+                    depth -= 1
+                pad = "  " * depth
+                if op == I.OP_LOOP:
+                    lines.append(f"  {pc:5d} {pad}LOOP x{row[I.F_N]} (to {row[I.F_M]})")
+                    depth += 1
+                    continue
+                if op == I.OP_ENDLOOP:
+                    lines.append(f"  {pc:5d} {pad}ENDLOOP")
+                    continue
+                ops = []
+                for label, f, s in (("o", I.F_O, I.F_SO), ("a", I.F_A, I.F_SA),
+                                    ("b", I.F_B, I.F_SB), ("c", I.F_C, I.F_SC)):
+                    if row[f] or row[s] or label in ("o",):
+                        ops.append(f"{label}=@{row[f]}" + (f"+{row[s]}i" if row[s] else ""))
+                sub = ""
+                if op == I.OP_UGEN:
+                    sub = _name_of(I.UNARY_SUB, row[I.F_K])
+                elif op == I.OP_BGEN:
+                    sub = _name_of(I.BINARY_SUB, row[I.F_K])
+                elif op == I.OP_TGEN:
+                    sub = _name_of(I.TERNARY_SUB, row[I.F_K])
+                sizes = f"n={row[I.F_N]} m={row[I.F_M]} k={row[I.F_K]} f={row[I.F_F]}"
+                lines.append(f"  {pc:5d} {pad}{name}{'.' + sub if sub else ''} "
+                             f"{' '.join(ops)} {sizes}")
+        return "\n".join(lines)
+
+
+def _name_of(table: dict, code: int) -> str:
+    for k, v in table.items():
+        if v == code:
+            return k
+    return str(code)
+
+
+def describe(exe: TapeExecutable) -> str:
+    return format_graph(exe.graph) + "\n" + exe.source()

@@ -1,0 +1,184 @@
+"""Tier 2 lowers ops by their declared kind (nbgrad/ops/traits.py), never by name.
+
+Every table op whose kind tier 2 has a rule for (every kind but Opaque, and Opaque ops
+that declare a ``native`` function) runs in generated code without ``objmode``, with
+the values of eager mode; an opaque op without one goes through ``objmode`` and the
+generated source shows the reason it declares. (New ops of known kinds defined outside
+nbgrad: tests/test_op_extension.py.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import njit
+
+import nbgrad as nb
+from nbgrad.jit.program import wait_for_promotions
+from nbgrad.ops.registry import REGISTRY
+from nbgrad.ops.traits import Elementwise, Opaque
+from nbgrad.testing import all_records, float_tensor_call
+
+RECORDS = all_records()
+HEADER = "nbgrad.jit tier 2: generated code"
+
+
+def _native_kind(name: str) -> bool:
+    kind = REGISTRY[name].kind
+    return not isinstance(kind, Opaque) or kind.native is not None
+
+
+def _seed(name: str) -> int:
+    return sum(ord(c) * 31 ** i for i, c in enumerate(name)) % 2**32
+
+
+def _cases(predicate):
+    """Every sample of the ops ``predicate`` selects (one per elementwise op: they share
+    one rule, the scalar expression)."""
+    cases = []
+    for name in sorted(RECORDS):
+        rec = RECORDS[name]
+        if name not in REGISTRY or not rec.jit or not predicate(name):
+            continue
+        samples = rec.samples(np.random.default_rng(_seed(name)))
+        if isinstance(REGISTRY[name].kind, Elementwise):
+            samples = samples[:1]
+        for i, sample in enumerate(samples):
+            cases.append(pytest.param(rec, sample, id=f"{name}-{i}-{sample.note}"))
+    return cases
+
+
+def _outputs(result):
+    return result if isinstance(result, tuple) else (result,)
+
+
+def _compiled(rec, sample):
+    """(source, outputs, eager outputs) of the record's op jitted with tier 2."""
+    call, tensors = float_tensor_call(rec, sample)
+    want = _outputs(call(*tensors))
+    jitted = nb.jit(call, mode="compile")
+    got = _outputs(jitted(*tensors))
+    return jitted.source(*tensors), got, want
+
+
+@pytest.mark.parametrize(("rec", "sample"), _cases(_native_kind))
+def test_ops_of_native_kinds_never_reach_objmode(rec, sample):
+    src, got, want = _compiled(rec, sample)
+    assert HEADER in src, f"{rec.name}: tier 2 refused the graph"
+    assert "objmode(" not in src.split("def run_graph", 1)[1], \
+        f"{rec.name} ({type(REGISTRY[rec.name].kind).__name__}) went through objmode"
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-12, atol=1e-14)
+
+
+# ------------------------------------------------------------------ opaque ops
+@njit(cache=False)
+def _softmax_rows(x, dim, dtype):
+    """softmax(x, 1) of a matrix (the test's native function)."""
+    out = np.empty_like(x)
+    for i in range(x.shape[0]):
+        e = np.exp(x[i] - x[i].max())
+        out[i] = e / e.sum()
+    return out
+
+
+@njit(cache=False)
+def _max_rows(x, dim, keepdim):
+    """max_dim(x, 1): (values, indices) of a matrix."""
+    values = np.empty(x.shape[0], x.dtype)
+    indices = np.empty(x.shape[0], np.int64)
+    for i in range(x.shape[0]):
+        j = np.argmax(x[i])
+        values[i], indices[i] = x[i, j], j
+    return values, indices
+
+
+@njit(cache=False)
+def _mse(a, b, reduction):
+    d = a - b
+    total = (d * d).sum()
+    return np.asarray(total / d.size if reduction == "mean" else total)
+
+
+@njit(cache=False)
+def _clamp(x, lo, hi):
+    out = x.copy()
+    if lo is not None:
+        out = np.maximum(out, lo)
+    if hi is not None:
+        out = np.minimum(out, hi)
+    return out
+
+
+def _jit_source(fn, *tensors):
+    want = _outputs(fn(*tensors))
+    jitted = nb.jit(fn, mode="compile")
+    got = _outputs(jitted(*tensors))
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-12, atol=1e-14)
+    src = jitted.source(*tensors)
+    assert HEADER in src
+    return src.split("def run_graph", 1)[1], src
+
+
+def _op(name):
+    return REGISTRY[name].fn
+
+
+@pytest.mark.parametrize(("name", "native", "static", "call", "text"), [
+    ("softmax", _softmax_rows, None, lambda x, y: _op("softmax")(x * 2, 1),
+     "(v3, np.int64(1), None)"),
+    ("softmax", _softmax_rows, lambda attrs, shapes: (attrs["dim"] - len(shapes[0]), None),
+     lambda x, y: _op("softmax")(x * 2, 1), "(v3, np.int64(-1), None)"),
+    ("max_dim", _max_rows, None, lambda x, y: _op("max_dim")(x, 1),
+     "(v0, np.int64(1), np.bool_(False))"),
+    ("mse_loss", _mse, None, lambda x, y: _op("mse_loss")(x, y) * 3, "(v0, v1, 'mean')"),
+    ("mse_loss", _mse, None, lambda x, y: _op("mse_loss")(x.T, y.T, "sum"),
+     "(np.ascontiguousarray(v2), np.ascontiguousarray(v3), 'sum')"),
+    ("clamp_tensor", _clamp, None, lambda x, y: _op("clamp_tensor")(x, y, None),
+     "(v0, v1, None)"),
+], ids=["softmax", "softmax-static", "max_dim", "mse_loss", "mse_loss-views", "clamp_tensor"])
+def test_opaque_op_with_native_is_called_directly(rng, monkeypatch, name, native, static,
+                                                  call, text):
+    """A native function: called from the generated code (tensors as C-contiguous
+    arrays, None for an absent one, constants as int64/bool values), never through objmode."""
+    monkeypatch.setattr(REGISTRY[name], "kind", Opaque(native=native, static=static))
+    x, y = nb.tensor(rng.standard_normal((3, 4))), nb.tensor(rng.standard_normal((3, 4)))
+    body, src = _jit_source(call, x, y)
+    assert "objmode(" not in body
+    assert f"_native_0{text}" in body, body
+    assert f"_native_0 = {native.py_func.__module__}.{native.py_func.__qualname__}" in src
+
+
+def test_native_compiles_once_for_every_constant(rng, tmp_path, monkeypatch):
+    """Constants reach a native as int64/bool values, not literals (a literal would
+    compile the native once per value): graphs that differ only in a native's constants
+    share one specialisation of it."""
+    monkeypatch.setenv("NBGRAD_CACHE_DIR", str(tmp_path))  # compiled here, not loaded
+    native = REGISTRY["softmax"].kind.native
+    for shape, dim in [((3, 4), 1), ((3, 4), 0), ((5, 2), -1)]:
+        x = nb.tensor(rng.standard_normal(shape))
+        step = nb.jit(lambda x, dim=dim: _op("softmax")(x * 2, dim), mode="compile")
+        for _ in range(3):
+            step(x)
+        assert "objmode(" not in step.source(x)
+    wait_for_promotions()
+    literal = [sig for sig in native.signatures if "Literal" in str(sig)]
+    assert not literal, literal
+    assert len({str(sig) for sig in native.signatures}) == 1, native.signatures
+
+
+def test_opaque_op_without_native_shows_its_reason(rng, monkeypatch):
+    monkeypatch.setattr(REGISTRY["softmax"], "kind",
+                        Opaque(why_not_native="it needs a Python callback"))
+    monkeypatch.setattr(REGISTRY["amax"], "kind", Opaque())  # no native, no reason given
+    x = nb.tensor(rng.standard_normal((3, 4)))
+    body, _ = _jit_source(lambda x: _op("softmax")(x * 2, 1) + _op("amax")(x, 1, True), x)
+    assert "softmax(%2) {dim=1, dtype=None}  [through objmode: it needs a Python callback]" \
+        in body, body
+    assert "amax(%0) {dim=1, keepdim=True}  [through objmode: the op declares no native " \
+        "function]" in body, body

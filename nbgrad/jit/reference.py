@@ -19,13 +19,12 @@ from ..grad_mode import no_grad
 from ..ops.dispatch import apply
 from ..ops.registry import REGISTRY
 from ..tensor import STATE_TRACE, Tensor
-from .trace.ir import CUSTOM_KINDS, LOOP, Graph, LoopInfo, node_args
+from .trace.ir import CUSTOM_KINDS, LOOP, Graph, LoopInfo, Node, node_args
 from .trace.pythonop import replay_node
 
 
 def replay(graph: Graph, inputs: Sequence[Tensor]) -> list[Tensor]:
     """Run ``graph`` on ``inputs`` with eager ops; returns its outputs as tensors."""
-    from .trace.loops import apply_loop  # cyclic: loops replays its bodies through here
     if len(inputs) != len(graph.inputs):
         raise RuntimeError(f"replay: the graph takes {len(graph.inputs)} inputs, got "
                            f"{len(inputs)}")
@@ -37,17 +36,23 @@ def replay(graph: Graph, inputs: Sequence[Tensor]) -> list[Tensor]:
         env[id(v)] = Tensor._make(arr) if device is None else \
             Tensor._make(to_device(arr, device), device=device)
     for node in graph.nodes:
-        values = [None if v is None else env[id(v)] for v in node.inputs]
-        if node.op == LOOP:
-            outs = apply_loop(LoopInfo.of(node), values)
-        elif node.op in CUSTOM_KINDS:
-            outs = replay_node(node, values)
-        else:
-            out = apply(REGISTRY[node.op], node_args(node, values))
-            outs = out if isinstance(out, (tuple, list)) else (out,)
-        for v, t in zip(node.outputs, outs, strict=True):
-            env[id(v)] = t
+        run_node(node, env)
     return [env[id(v)] for v in graph.outputs]
+
+
+def run_node(node: Node, env: dict[int, Tensor]) -> None:
+    """Run one node with eager ops on the tensors of ``env`` and bind its outputs there."""
+    values = [None if v is None else env[id(v)] for v in node.inputs]
+    if node.op == LOOP:
+        from .trace.loops import apply_loop  # cyclic: loops replays its bodies through here
+        outs = apply_loop(LoopInfo.of(node), values)
+    elif node.op in CUSTOM_KINDS:
+        outs = replay_node(node, values)
+    else:
+        out = apply(REGISTRY[node.op], node_args(node, values))
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+    for v, t in zip(node.outputs, outs, strict=True):
+        env[id(v)] = t
 
 
 def replay_arrays(graph: Graph, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -10,23 +10,15 @@ from ..array import CudaArray, copy_into, full
 
 
 @kernel("matmul", target="cuda")
-def _matmul(a: CudaArray, b: CudaArray) -> CudaArray:
-    return C.matmul_nd(a, b)
-
-
 @kernel("mm", target="cuda")
-def _mm(a: CudaArray, b: CudaArray) -> CudaArray:
+@kernel("dot", target="cuda")
+def _matmul(a: CudaArray, b: CudaArray) -> CudaArray:
     return C.matmul_nd(a, b)
 
 
 @kernel("bmm", target="cuda")
 def _bmm(a: CudaArray, b: CudaArray) -> CudaArray:
     return C.matmul3(a, b)
-
-
-@kernel("dot", target="cuda")
-def _dot(a: CudaArray, b: CudaArray) -> CudaArray:
-    return C.matmul_nd(a, b)
 
 
 @kernel("outer", target="cuda")

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ...ops.registry import kernel
+from ...ops.registry import get, kernel
 from .. import compute as C
 from .. import elementwise as cew
 from .. import kernels as K
@@ -19,8 +19,8 @@ from .indexing import along_dim_index, index_select
 
 @kernel("gelu", target="cuda")
 def _gelu(x: CudaArray, approximate: str) -> CudaArray:
-    """The expression's parameter ``p0`` encodes ``approximate`` (as the CPU kernel's)."""
-    return cew.run_unary("gelu", x, x.dtype, 0.0 if approximate == "none" else 1.0)
+    """The expression's parameter ``p0`` encodes ``approximate`` (the kind's ``encode``)."""
+    return cew.run_unary("gelu", x, x.dtype, *get("gelu").kind.encode(approximate))
 
 
 # ---------------------------------------------------------------------- softmax

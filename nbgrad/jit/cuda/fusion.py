@@ -46,15 +46,14 @@ from ...cuda import ensure_registered
 from ...cuda.array import CudaArray, as_cuda, empty, from_host, grid_1d
 from ...device import Device
 from ...grad_mode import no_grad
-from ...ops.dispatch import apply
 from ...ops.registry import REGISTRY
 from ...tensor import STATE_TRACE, Tensor
 from ..executable import Executable
+from ..reference import run_node
 from ..tier2 import fusion
 from ..tier2.fusion import Access, Group, Reduction
 from ..tier2.store import Tier2Unsupported, cast, literal, scalar_expr, uniform_value
-from ..trace.ir import CUSTOM_KINDS, LOOP, Graph, Node, Var, node_args
-from ..trace.pythonop import replay_node
+from ..trace.ir import CUSTOM_KINDS, LOOP, Graph, Node, Var
 
 #: names of NumPy scalar types the expressions use as conversions (``np.float32(x)``)
 _NP_TYPES = frozenset({"float64", "float32", "float16", "int64", "int32", "int16", "int8",
@@ -439,12 +438,12 @@ class CudaExecutable(Executable):
                     if k is not None and k.n:
                         self._launch(module, k, env)
                         for r in k.eager_reductions:
-                            _run_node(r.node, env)
+                            run_node(r.node, env)
                     elif grp.kind == "region":  # no elements, or only reductions
                         for node in _region_nodes(grp):
-                            _run_node(node, env)
+                            run_node(node, env)
                     else:
-                        _run_node(grp.node, env)
+                        run_node(grp.node, env)
                     for vid in free:
                         env.pop(vid, None)
         finally:
@@ -529,18 +528,6 @@ def _region_nodes(grp: Group) -> list[Node]:
     """A region's nodes, then its reductions: a valid order (no node of a region reads
     a reduction result of the same region)."""
     return list(grp.nodes) + [r.node for r in grp.reductions]
-
-
-def _run_node(node: Node, env: dict) -> None:
-    """Run one node with eager ops (its CUDA kernel) and bind its outputs."""
-    values = [None if v is None else env[id(v)] for v in node.inputs]
-    if node.op in CUSTOM_KINDS:
-        outs = replay_node(node, values)
-    else:
-        out = apply(REGISTRY[node.op], node_args(node, values))
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-    for v, t in zip(node.outputs, outs, strict=True):
-        env[id(v)] = t
 
 
 def _check_supported(graph: Graph) -> None:

@@ -45,6 +45,7 @@ def f(x):
 
 x = nbgrad.tensor(rng.random((90, 90)), requires_grad=True)
 g = nbgrad.jit(f)
+program.PROMOTE_SECONDS = 0.0  # promote by calls alone
 for _ in range(program.PROMOTE_AFTER + 1):
     g(x).backward()
 if sys.argv[3] == "exit":
@@ -130,6 +131,7 @@ def slow_compile_graph(graph, **kwargs):  # as a big graph would: 60 s to compil
     return real(graph, **kwargs)
 
 codegen.compile_graph = slow_compile_graph
+program.PROMOTE_SECONDS = 0.0  # the check's graphs are fast: promote by calls alone
 from nbgrad.cli import main
 main(["check", *sys.argv[1:]])
 """
@@ -170,6 +172,7 @@ def test_exit_with_a_finished_promotion_stays_clean():
         from nbgrad.jit import program
         f = nbgrad.jit(lambda x: (nbgrad.sin(x) * 2.0).sum())
         x = nbgrad.tensor(np.ones(8), requires_grad=True)
+        program.PROMOTE_SECONDS = 0.0  # promote by calls alone
         for _ in range(program.PROMOTE_AFTER + 1):
             f(x).backward()
         assert program.wait_for_promotions(timeout=300)

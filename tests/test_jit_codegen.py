@@ -340,6 +340,7 @@ def test_jit_compile_mode_value_and_grad_is_one_native_call(rng):
 def test_auto_mode_promotes_a_hot_graph_in_the_background(rng, monkeypatch):
     from nbgrad.jit import program
     monkeypatch.setattr(program, "PROMOTE_AFTER", 3)
+    monkeypatch.setattr(program, "PROMOTE_SECONDS", 0.0)
     x = rng.standard_normal(40)
     f = nb.jit(nb.value_and_grad(w3))  # mode="auto"
     ref_v, ref_g = nb.value_and_grad(w3)(nb.tensor(x))

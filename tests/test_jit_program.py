@@ -27,13 +27,14 @@ def test_initial_tier_follows_the_mode(mode, tier):
 def test_program_promotes_after_enough_calls_and_swaps_in_tier2(rng, monkeypatch):
     graph_of, arrays = _graph(rng)
     monkeypatch.setattr(program, "PROMOTE_AFTER", 3)
+    monkeypatch.setattr(program, "PROMOTE_SECONDS", 0.0)
     prog = program.Program("auto", False, "test.f")
     expected = prog.executable("main", graph_of).run(arrays)
     assert isinstance(prog.executable("main", graph_of), TapeExecutable)
     for _ in range(2):
-        prog.called()
+        prog.called(0.0)
     assert prog.tier == "interpret"
-    prog.called()  # the third call starts the promotion
+    prog.called(0.0)  # the third call starts the promotion
     assert prog.tier in (program.PROMOTING, "compile")
     assert program.wait_for_promotions(timeout=240)
     assert prog.tier == "compile"
@@ -41,6 +42,39 @@ def test_program_promotes_after_enough_calls_and_swaps_in_tier2(rng, monkeypatch
     assert exe.tier == "compile"
     np.testing.assert_allclose(exe.run(arrays)[0], expected[0], rtol=1e-12)
     assert set(prog.executables()) == {"main"}
+
+
+def test_program_promotes_by_time_spent_in_tier1(rng, monkeypatch):
+    """A graph is compiled once its calls (backward runs included) have cost about what
+    compiling it costs: a slow graph after a few calls, a fast one only after many, one
+    called a few times never."""
+    graph_of, _ = _graph(rng)
+    budget = program.PROMOTE_SECONDS
+    assert 0.05 <= budget <= 2.0
+    started = []
+    monkeypatch.setattr(program.Program, "promote", lambda self: started.append(self))
+
+    slow = program.Program("auto", False, "test.slow")
+    slow.executable("main", graph_of)
+    for _ in range(program.PROMOTE_AFTER - 1):
+        slow.called(budget)
+    assert not started  # not before PROMOTE_AFTER calls, however slow
+    slow.called(budget)
+    assert started == [slow] and slow.tier == program.PROMOTING
+
+    fast = program.Program("auto", False, "test.fast")
+    fast.executable("main", graph_of)
+    calls = int(budget / 1e-4) - 2  # 0.1 ms calls, just short of the budget
+    for _ in range(calls):
+        fast.called(1e-4)
+    assert fast.tier == "interpret" and started == [slow]
+    fast.called(2e-4, count=False)  # its backward runs count too
+    fast.called(2e-4)
+    assert fast.calls == calls + 1 and started == [slow, fast]
+
+    compiled = program.Program("compile", False, "test.compiled")  # only mode="auto"
+    compiled.called(10 * budget)
+    assert started == [slow, fast]
 
 
 def test_program_stays_in_tier1_when_tier2_refuses(rng, monkeypatch):
@@ -53,6 +87,7 @@ def test_program_stays_in_tier1_when_tier2_refuses(rng, monkeypatch):
     assert prog.tier == program.TIER1_FINAL
     assert isinstance(prog.executable("main", graph_of), TapeExecutable)
     monkeypatch.setattr(program, "PROMOTE_AFTER", 1)
+    monkeypatch.setattr(program, "PROMOTE_SECONDS", 0.0)
     started = len(program.PROMOTIONS)
-    prog.called()  # no second try
+    prog.called(1.0)  # no second try
     assert prog.tier == program.TIER1_FINAL and len(program.PROMOTIONS) == started

@@ -163,6 +163,7 @@ def test_generated_code_loads_each_element_it_reads():
 @pytest.mark.parametrize("name", ["columns", "stencil", "matmul intermediate", "in fori_loop"])
 def test_two_views_after_promotion_in_auto_mode(name, monkeypatch):
     monkeypatch.setattr(program, "PROMOTE_AFTER", 2)
+    monkeypatch.setattr(program, "PROMOTE_SECONDS", 0.0)
     f, kind = VIEWS[name]
     x = nb.tensor(np.random.default_rng(3).standard_normal((6, 4) if kind == "M" else (8,)))
     ev, eg = nb.value_and_grad(f)(x)
@@ -180,6 +181,7 @@ def test_two_views_after_promotion_in_auto_mode(name, monkeypatch):
 def test_rosenbrock_l_bfgs_b_converges_through_promoted_jit(monkeypatch):
     so = pytest.importorskip("scipy.optimize")
     monkeypatch.setattr(program, "PROMOTE_AFTER", 2)
+    monkeypatch.setattr(program, "PROMOTE_SECONDS", 0.0)
     vg = nb.jit(nb.value_and_grad(_rosenbrock))
     x0 = np.full(100, -1.0)
     x0[::2] = -1.2
@@ -198,6 +200,7 @@ def test_rosenbrock_l_bfgs_b_converges_through_promoted_jit(monkeypatch):
 
 def test_rosenbrock_hessian_through_promoted_jit(monkeypatch):
     monkeypatch.setattr(program, "PROMOTE_AFTER", 2)
+    monkeypatch.setattr(program, "PROMOTE_SECONDS", 0.0)
     x = nb.tensor(np.random.default_rng(5).uniform(-1.5, 1.5, 100))
     want = nb.hessian(_rosenbrock)(x).numpy()
     h = nb.jit(nb.hessian(_rosenbrock))

@@ -97,8 +97,12 @@ def _run(f, x, w, backward=True):
 def _promote(f, x, w, mode):
     """Call ``f`` until its generated code is about to run (the next call runs it)."""
     if mode == "auto":
-        for _ in range(program.PROMOTE_AFTER + 1):
-            _run(f, x, w)
+        seconds, program.PROMOTE_SECONDS = program.PROMOTE_SECONDS, 0.0  # by calls alone
+        try:
+            for _ in range(program.PROMOTE_AFTER + 1):
+                _run(f, x, w)
+        finally:
+            program.PROMOTE_SECONDS = seconds
         assert program.wait_for_promotions(timeout=240)
     else:
         _run(f, x, w, backward=False)  # the trace (its result is the eager one)
@@ -111,6 +115,7 @@ def test_wrong_generated_code_warns_once_returns_tier1_and_stays_in_tier1(
         promotion_check, monkeypatch, tmp_path, mode, wrong):
     monkeypatch.setattr(verify, "reproducer_root", lambda: tmp_path / "promotion-mismatch")
     monkeypatch.setattr(program, "PROMOTE_AFTER", 3)
+    monkeypatch.setattr(program, "PROMOTE_SECONDS", 0.0)
     x, w = _inputs()
     want = _reference(x, w)
     f = nb.jit(loss, mode=mode)
@@ -212,6 +217,7 @@ def test_generated_code_that_raises_falls_back_to_tier1(promotion_check, monkeyp
 def test_correct_generated_code_is_promoted_and_then_runs(promotion_check, monkeypatch,
                                                           mode):
     monkeypatch.setattr(program, "PROMOTE_AFTER", 3)
+    monkeypatch.setattr(program, "PROMOTE_SECONDS", 0.0)
     x, w = _inputs(1)
     want = _reference(x, w)
     f = nb.jit(loss, mode=mode)

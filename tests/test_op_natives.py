@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from numba import njit
+from numba import njit, types
 
 import nbgrad as nb
+from nbgrad.kernels.layout import native_const
 from nbgrad.ops.reduction import shift_along
 from nbgrad.ops.registry import REGISTRY
 from nbgrad.ops.traits import Opaque
@@ -72,24 +73,34 @@ def _njit_caller(native, n_args: int):
 
 
 def _native_result(op, args: tuple):
-    """The native's result on a kernel call's arguments, as generated code calls it: each
-    tensor C-contiguous, a tensor list as a tuple, then the static's constants."""
+    """The native's result on a kernel call's arguments, as generated code calls it (see
+    ``NativePlan``): each tensor flat, a tensor list as a tuple, an absent tensor empty,
+    then the plan's constants; the flat results reshaped to the plan's shapes."""
     kind = op.kind
-    arrays, flat = [], []
+    arrays, shaped = [], []
     for i, p in enumerate(op.params):
         if p.is_tensor:
-            a = None if args[i] is None else np.array(args[i], order="C", copy=True)
-            arrays.append(a)
-            flat.append(a)
+            arrays.append(args[i])
+            shaped.append(args[i])
         elif p.is_tensor_list:
-            items = tuple(np.array(a, order="C", copy=True) for a in args[i])
-            arrays.append(items)
-            flat.extend(items)
+            arrays.append(tuple(args[i]))
+            shaped.extend(args[i])
     attrs = {name: args[i] for i, name in op.attr_names}
-    shapes = tuple(None if a is None else a.shape for a in flat)
-    consts = (tuple(kind.static(attrs, shapes)) if kind.static is not None
-              else tuple(args[i] for i in op.attr_pos))
-    return _njit_caller(kind.native, len(arrays) + len(consts))(*arrays, *consts)
+    plan = kind.static(attrs, tuple(None if a is None else np.shape(a) for a in shaped))
+    like = next(a for a in shaped if a is not None).dtype
+
+    def flat(a):
+        if a is None:
+            return np.empty(0, like)
+        if isinstance(a, tuple):
+            return tuple(flat(b) for b in a)
+        return np.array(a, order="C", copy=True).reshape(-1)
+    consts = tuple(native_const(c) for c in plan.consts)
+    out = _njit_caller(kind.native, len(arrays) + len(consts))(
+        *(flat(a) for a in arrays), *consts)
+    if len(plan.shapes) == 1:
+        return out.reshape(plan.shapes[0])
+    return tuple(o.reshape(s) for o, s in zip(out, plan.shapes, strict=True))
 
 
 def _assert_same(got, want, what: str) -> None:
@@ -123,3 +134,44 @@ def test_eager_kernels_reuse_constants_only_for_the_same_attributes():
     assert not np.signbit(plus.numpy()).any() and np.signbit(minus.numpy()).all()
     np.testing.assert_array_equal(nb.amax(nb.tensor(np.ones((2, 3))), 1, True).shape, (2, 1))
     np.testing.assert_array_equal(nb.amax(nb.tensor(np.ones((2, 3))), 1, False).shape, (2,))
+
+
+def _abi_breaks(sig) -> list[str]:
+    """The arguments of a native's compiled signature that break the flat ABI
+    (``NativePlan``): an array that is not 1-D, a tuple that is not of 1-D arrays."""
+    bad = []
+    for t in sig:
+        if isinstance(t, types.Array) and t.ndim != 1:
+            bad.append(str(t))
+        elif isinstance(t, types.BaseTuple) and not all(
+                isinstance(e, types.Array) and e.ndim == 1 for e in t):
+            bad.append(str(t))
+    return bad
+
+
+def test_natives_compile_only_flat_signatures():
+    """Run every native op's record through its eager kernel (which calls the native as
+    generated code does), then read what Numba compiled: only 1-D arrays and scalars, so
+    a native compiles once per dtype, never once per rank, None-pattern or tuple length
+    (159 signatures in one ``nbgrad check`` before the flat ABI, 18 of them einsum's)."""
+    for name in NATIVE:
+        for sample in RECORDS[name].samples(np.random.default_rng(0)):
+            args, kwargs = make_inputs(sample, requires_grad=False)
+            try:
+                RECORDS[name].function()(*args, **kwargs)
+            except Exception:  # noqa: BLE001, S112 - a sample meant to raise
+                continue
+    broken = {n: bad for n in NATIVE for sig in REGISTRY[n].kind.native.signatures
+              if (bad := _abi_breaks(sig))}
+    assert not broken, f"natives compiled with shaped arguments: {broken}"
+
+
+def test_a_native_compiles_once_across_ranks_and_dims():
+    native = REGISTRY["var"].kind.native
+    for nd in range(5):
+        x = nb.tensor(np.random.default_rng(nd).random((2,) * nd))
+        for dim in [None, *range(nd), tuple(range(0, nd, 2))]:
+            nb.var(x, dim=dim)
+            nb.std(x, dim=dim, keepdim=True)
+    f64 = [s for s in native.signatures if s[0] == types.float64[::1]]
+    assert len(f64) == 1, f64

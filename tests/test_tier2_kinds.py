@@ -16,7 +16,7 @@ from numba import njit, types
 import nbgrad as nb
 from nbgrad.jit.program import wait_for_promotions
 from nbgrad.ops.registry import REGISTRY
-from nbgrad.ops.traits import Elementwise, Opaque
+from nbgrad.ops.traits import Elementwise, NativePlan, Opaque
 from nbgrad.testing import all_records, float_tensor_call
 
 RECORDS = all_records()
@@ -88,24 +88,40 @@ def test_ops_of_native_kinds_never_reach_objmode(rec, samples):
 
 
 # ------------------------------------------------------------------ opaque ops
+# Test natives in the flat ABI (``NativePlan``): flat arrays in and out.
 @njit(cache=False)
-def _softmax_rows(x, dim, dtype):
-    """softmax(x, 1) of a matrix (the test's native function)."""
-    out = np.empty_like(x)
-    for i in range(x.shape[0]):
-        e = np.exp(x[i] - x[i].max())
+def _softmax_rows(x, rows, cols):
+    """softmax over the rows of a ``rows`` x ``cols`` matrix (the test's native)."""
+    m = x.reshape((rows, cols))
+    out = np.empty_like(m)
+    for i in range(rows):
+        e = np.exp(m[i] - m[i].max())
         out[i] = e / e.sum()
-    return out
+    return out.reshape(-1)
+
+
+def _rows_static(attrs, shapes):
+    return NativePlan(tuple(shapes[0]), (tuple(shapes[0]),))
+
+
+def _rows_static_named(attrs, shapes):  # the dim (-1 here) as a constant too
+    return NativePlan((*shapes[0], attrs["dim"] - len(shapes[0])), (tuple(shapes[0]),))
 
 
 @njit(cache=False)
-def _max_rows(x, dim, keepdim):
-    """max_dim(x, 1): (values, indices) of a matrix."""
-    values = np.empty(x.shape[0], x.dtype)
-    indices = np.empty(x.shape[0], np.int64)
-    for i in range(x.shape[0]):
-        j = np.argmax(x[i])
-        values[i], indices[i] = x[i, j], j
+def _softmax_rows_dim(x, rows, cols, dim):
+    return _softmax_rows(x, rows, cols)
+
+
+@njit(cache=False)
+def _max_rows(x, rows, cols):
+    """max_dim(x, 1): (values, indices) of a ``rows`` x ``cols`` matrix."""
+    m = x.reshape((rows, cols))
+    values = np.empty(rows, x.dtype)
+    indices = np.empty(rows, np.int64)
+    for i in range(rows):
+        j = np.argmax(m[i])
+        values[i], indices[i] = m[i, j], j
     return values, indices
 
 
@@ -113,15 +129,17 @@ def _max_rows(x, dim, keepdim):
 def _mse(a, b, reduction):
     d = a - b
     total = (d * d).sum()
-    return np.asarray(total / d.size if reduction == "mean" else total)
+    out = np.empty(1, a.dtype)
+    out[0] = total / d.size if reduction == "mean" else total
+    return out
 
 
 @njit(cache=False)
 def _clamp(x, lo, hi):
     out = x.copy()
-    if lo is not None:
+    if lo.size:
         out = np.maximum(out, lo)
-    if hi is not None:
+    if hi.size:
         out = np.minimum(out, hi)
     return out
 
@@ -144,28 +162,38 @@ def _op(name):
 
 
 @pytest.mark.parametrize(("name", "native", "static", "call", "text"), [
-    ("softmax", _softmax_rows, None, lambda x, y: _op("softmax")(x * 2, 1),
-     "(v3, np.int64(1), None)"),
-    ("softmax", _softmax_rows, lambda attrs, shapes: (attrs["dim"] - len(shapes[0]), None),
-     lambda x, y: _op("softmax")(x * 2, 1), "(v3, np.int64(-1), None)"),
-    ("max_dim", _max_rows, None, lambda x, y: _op("max_dim")(x, 1),
-     "(v0, np.int64(1), np.bool_(False))"),
-    ("mse_loss", _mse, None, lambda x, y: _op("mse_loss")(x, y) * 3, "(v0, v1, 'mean')"),
-    ("mse_loss", _mse, None, lambda x, y: _op("mse_loss")(x.T, y.T, "sum"),
-     "(np.ascontiguousarray(v2), np.ascontiguousarray(v3), 'sum')"),
-    ("clamp_tensor", _clamp, None, lambda x, y: _op("clamp_tensor")(x, y, None),
-     "(v0, v1, None)"),
+    ("softmax", _softmax_rows, _rows_static, lambda x, y: _op("softmax")(x * 2, 1),
+     "(v3.reshape(-1), np.int64(3), np.int64(4))"),
+    ("softmax", _softmax_rows_dim, _rows_static_named, lambda x, y: _op("softmax")(x * 2, 1),
+     "(v3.reshape(-1), np.int64(3), np.int64(4), np.int64(-1))"),
+    ("max_dim", _max_rows, lambda attrs, shapes: NativePlan(
+        tuple(shapes[0]), ((shapes[0][0],),) * 2), lambda x, y: _op("max_dim")(x, 1),
+     "(v0.reshape(-1), np.int64(3), np.int64(4))"),
+    ("mse_loss", _mse, lambda attrs, shapes: NativePlan((attrs["reduction"],), ((),)),
+     lambda x, y: _op("mse_loss")(x, y) * 3, "(v0.reshape(-1), v1.reshape(-1), 'mean')"),
+    ("mse_loss", _mse, lambda attrs, shapes: NativePlan((attrs["reduction"],), ((),)),
+     lambda x, y: _op("mse_loss")(x.T, y.T, "sum"),
+     "(np.ascontiguousarray(v2).reshape(-1), np.ascontiguousarray(v3).reshape(-1), 'sum')"),
+    ("clamp_tensor", _clamp, lambda attrs, shapes: NativePlan((), (tuple(shapes[0]),)),
+     lambda x, y: _op("clamp_tensor")(x, y, None),
+     "(v0.reshape(-1), v1.reshape(-1), np.empty(0, np.float64))"),
 ], ids=["softmax", "softmax-static", "max_dim", "mse_loss", "mse_loss-views", "clamp_tensor"])
 def test_opaque_op_with_native_is_called_directly(rng, monkeypatch, name, native, static,
                                                   call, text):
-    """A native function: called from the generated code (tensors as C-contiguous
-    arrays, None for an absent one, constants as int64/bool values), never through objmode."""
+    """A native function: called from the generated code as ``NativePlan`` says (tensors
+    flat, an absent one empty, tuples as int64 arrays, numbers as int64/bool values),
+    its flat results reshaped; never through objmode."""
     monkeypatch.setattr(REGISTRY[name], "kind", Opaque(native=native, static=static))
     x, y = nb.tensor(rng.standard_normal((3, 4))), nb.tensor(rng.standard_normal((3, 4)))
     body, src = _jit_source(call, x, y)
     assert "objmode(" not in body
     assert f"_native_0{text}" in body, body
     assert f"_native_0 = {native.py_func.__module__}.{native.py_func.__qualname__}" in src
+
+
+def test_an_opaque_native_needs_a_plan():
+    with pytest.raises(TypeError, match="needs a static"):
+        Opaque(native=_clamp)
 
 
 def test_native_compiles_once_for_every_constant(rng, tmp_path, monkeypatch):
@@ -183,8 +211,8 @@ def test_native_compiles_once_for_every_constant(rng, tmp_path, monkeypatch):
     wait_for_promotions()
     literal = [sig for sig in native.signatures if "Literal" in str(sig)]
     assert not literal, literal
-    two_d = [sig for sig in native.signatures if sig[0] == types.float64[:, ::1]]
-    assert len(two_d) == 1, native.signatures
+    flat = [sig for sig in native.signatures if sig[0] == types.float64[::1]]
+    assert len(flat) == 1, native.signatures
 
 
 def test_opaque_op_without_native_shows_its_reason(rng, monkeypatch):

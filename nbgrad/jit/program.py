@@ -9,7 +9,8 @@ CUDA kernels (:mod:`nbgrad.jit.cuda.fusion`). Generated code comes wrapped in a
 
 :class:`Program` holds the executables of one traced signature by role (``"main"``,
 ``"fwd"``, ``"bwd"``) and the tier they run in, and owns the policy: the starting tier
-(from the jit mode), promotion of a graph called often to tier 2 in a background thread
+(from the jit mode), promotion to tier 2 of a graph that has spent about what compiling
+it costs in tier 1 (:data:`PROMOTE_SECONDS`), in a background thread
 (:meth:`Program.promote`; tier 1 runs meanwhile), the swap to generated code once its
 first result agreed with tier 1, and the fallback to tier 1 for good after a mismatch
 (:data:`~nbgrad.jit.verify.TIER1_MISMATCH`) or a graph tier 2 refuses
@@ -36,8 +37,14 @@ from .trace.handles import owning
 from .trace.ir import Graph, LoopInfo
 from .verify import TIER1_MISMATCH, Checked, OnHost, checked
 
-#: calls after which ``mode="auto"`` promotes a graph to tier 2 (when tier 2 exists)
-PROMOTE_AFTER = 20
+#: calls before ``mode="auto"`` may promote a graph to tier 2 (when tier 2 exists)
+PROMOTE_AFTER = 3
+#: seconds a graph has run in tier 1 before ``mode="auto"`` promotes it: about what
+#: compiling a small graph with tier 2 costs, so a graph is compiled once its calls have
+#: cost as much (as in ski rental: never much more than twice the time of the better
+#: choice in hindsight). A 50 ms graph is promoted after its third call, a 0.1 ms graph
+#: after a few thousand calls, and a graph called a few times is never compiled.
+PROMOTE_SECONDS = 0.25
 #: the tier of a program while tier 2 compiles it (its executables stay in tier 1)
 PROMOTING = "promoting"
 #: the tier of a program whose promotion failed (it stays in tier 1 for good)
@@ -108,6 +115,8 @@ class Program:
         self.name = name
         self.tier = initial_tier(mode, cuda)
         self.calls = 0
+        #: seconds spent running calls so far (see :data:`PROMOTE_SECONDS`)
+        self.seconds = 0.0
         self._exe: dict[str, Executable] = {}
         self._lock = threading.Lock()
 
@@ -157,11 +166,15 @@ class Program:
                     del self._exe[r]
 
     # ------------------------------------------------------------------ promotion
-    def called(self) -> None:
-        """Count one call; in ``mode="auto"`` a program called often enough is promoted."""
-        self.calls += 1
+    def called(self, seconds: float, count: bool = True) -> None:
+        """Count one call (a backward run: ``count=False``) that ran ``seconds``; in
+        ``mode="auto"`` a program that has spent :data:`PROMOTE_SECONDS` in tier 1 over
+        at least :data:`PROMOTE_AFTER` calls is promoted."""
+        self.calls += count
+        self.seconds += seconds
         if self.mode == "auto" and self.tier == "interpret" and \
-                self.calls >= PROMOTE_AFTER and tier2() is not None:
+                self.calls >= PROMOTE_AFTER and self.seconds >= PROMOTE_SECONDS and \
+                tier2() is not None:
             # tier 2 compiles in a background thread; tier 1 runs until it is ready
             self.tier = PROMOTING
             self.promote()

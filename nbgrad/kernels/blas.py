@@ -4,11 +4,10 @@ decompositions (``np.linalg`` inside ``@njit``) and triangular solves."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
-from numba.extending import overload
+from numba import njit
 
 from ..errors import LinAlgError
-from .layout import c_contiguous
+from .layout import broadcast, c_contiguous, flat, native_const, permuted, view3
 
 OPTS = dict(cache=True, nogil=True)
 
@@ -29,12 +28,6 @@ def blas_ready(x: np.ndarray) -> np.ndarray:
     if x.flags.c_contiguous or x.flags.f_contiguous:
         return x
     return c_contiguous(x)
-
-
-def c_writable(x: np.ndarray) -> np.ndarray:
-    """A C-contiguous, writeable array (read-only views would compile a second signature)."""
-    x = c_contiguous(x)
-    return x if x.flags.writeable else x.copy()
 
 
 def matmul2d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -83,8 +76,9 @@ def matmul_nd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def einsum_plan(a_shape: tuple[int, ...], a_labels: str, b_shape: tuple[int, ...],
                 b_labels: str, out_labels: str) -> tuple:
     """How :func:`einsum_native` computes ``np.einsum(f"{a_labels},{b_labels}->
-    {out_labels}", a, b)`` as one batched GEMM: ``(a_perm, a3, b_perm, b3, grouped,
-    out_perm)``, a perm None where it is the identity.
+    {out_labels}", a, b)`` as one batched GEMM: the native's constants ``(a_shape,
+    a_perm, a3, b_shape, b_perm, b3, grouped, out_perm)`` (a perm ``()`` where it is the
+    identity) and the output's shape.
 
     The equation must be *clean*: no label repeats within an operand, and every label
     appears in at least two of the two operands and the output. Labels then fall in
@@ -106,21 +100,23 @@ def einsum_plan(a_shape: tuple[int, ...], a_labels: str, b_shape: tuple[int, ...
             n *= size[c]
         return n
 
-    def perm(order: list[int]) -> tuple[int, ...] | None:
-        return None if order == sorted(order) else tuple(order)
+    def perm(order: list[int]) -> tuple[int, ...]:
+        return () if order == sorted(order) else tuple(order)
 
     nb, m, k, n = prod(batch), prod(left), prod(contracted), prod(right)
     grouped = batch + left + right
-    return (perm([a_labels.index(c) for c in batch + left + contracted]), (nb, m, k),
-            perm([b_labels.index(c) for c in batch + contracted + right]), (nb, k, n),
-            tuple(size[c] for c in grouped), perm([grouped.index(c) for c in out_labels]))
+    return ((tuple(a_shape), perm([a_labels.index(c) for c in batch + left + contracted]),
+             (nb, m, k), tuple(b_shape),
+             perm([b_labels.index(c) for c in batch + contracted + right]), (nb, k, n),
+             tuple(size[c] for c in grouped), perm([grouped.index(c) for c in out_labels])),
+            tuple(size[c] for c in out_labels))
 
 
 @njit(**OPTS)
-def einsum_native(operands, a_perm, a3, b_perm, b3, grouped, out_perm):
-    """The two-operand einsum planned by :func:`einsum_plan` (BLAS products)."""
-    a = _transposed(operands[0], a_perm).reshape(a3)
-    b = _transposed(operands[1], b_perm).reshape(b3)
+def einsum_native(operands, a_shape, a_perm, a3, b_shape, b_perm, b3, grouped, out_perm):
+    """The two-operand einsum planned by :func:`einsum_plan` (BLAS products), flat."""
+    a = permuted(operands[0], a_shape, a_perm).reshape((a3[0], a3[1], a3[2]))
+    b = permuted(operands[1], b_shape, b_perm).reshape((b3[0], b3[1], b3[2]))
     out = np.empty((a3[0], a3[1], b3[2]), a.dtype)
     if out.size:
         if a3[2] == 0:
@@ -128,15 +124,15 @@ def einsum_native(operands, a_perm, a3, b_perm, b3, grouped, out_perm):
         else:
             for i in range(a3[0]):
                 np.dot(a[i], b[i], out[i])
-    return _transposed(out.reshape(grouped), out_perm)
+    return permuted(out.reshape(-1), grouped, out_perm)
 
 
 def einsum_pair(a: np.ndarray, a_labels: str, b: np.ndarray, b_labels: str,
                 out_labels: str) -> np.ndarray:
     """``np.einsum(f"{a_labels},{b_labels}->{out_labels}", a, b)`` (see
     :func:`einsum_plan`)."""
-    plan = einsum_plan(a.shape, a_labels, b.shape, b_labels, out_labels)
-    return einsum_native((c_writable(a), c_writable(b)), *plan)
+    consts, shape = einsum_plan(a.shape, a_labels, b.shape, b_labels, out_labels)
+    return einsum_native((flat(a), flat(b)), *map(native_const, consts)).reshape(shape)
 
 
 # ------------------------------------------------------------------ LAPACK, batched
@@ -200,25 +196,8 @@ def trsm_batched(a, x, upper, unit):
 
 # ------------------------------------------------------------------ natives
 # ``@njit`` entry points that generated code calls directly (``Opaque.native``) and the
-# ops' CPU kernels call too. ``stack``: (batch, rows, cols) of an input; ``where``
-# (prefix, suffix): the LinAlgError message around NumPy's words.
-def _transposed(x, perm):
-    """``x`` transposed by ``perm`` (C-contiguous), or ``x`` when ``perm`` is None."""
-
-
-@overload(_transposed)
-def _transposed_impl(x, perm):
-    if isinstance(perm, types.NoneType):
-        return lambda x, perm: x
-    return lambda x, perm: np.ascontiguousarray(x.transpose(perm))
-
-
-@njit(**OPTS)
-def _stacked(x, full, stack):
-    """``x`` broadcast to ``full`` as a C-contiguous (batch, rows, cols) stack."""
-    return np.ascontiguousarray(np.broadcast_to(x, full)).reshape(stack)
-
-
+# ops' CPU kernels call too, flat (``NativePlan``). ``stack``: (batch, rows, cols) of an
+# input; (prefix, suffix): the LinAlgError message around NumPy's words.
 @njit(**OPTS)
 def _lapack_failure(a, b):
     """Why a LAPACK solve or inverse of ``a`` (and ``b``) failed, in NumPy's words."""
@@ -230,7 +209,7 @@ def _lapack_failure(a, b):
 @njit(**OPTS)
 def inv_native(A, stack, prefix, suffix):
     """The inverse of each matrix of ``A``."""
-    a = A.reshape(stack)
+    a = view3(A, stack)
     out = np.empty_like(a)
     for i in range(stack[0]):
         ok = True
@@ -240,13 +219,13 @@ def inv_native(A, stack, prefix, suffix):
             ok = False
         if not ok:
             raise LinAlgError(prefix + _lapack_failure(a[i], a[i]) + suffix)
-    return out.reshape(A.shape)
+    return out.reshape(-1)
 
 
 @njit(**OPTS)
 def cholesky_native(A, stack, prefix, suffix):
     """The lower Cholesky factor of each matrix of ``A``."""
-    a = A.reshape(stack)
+    a = view3(A, stack)
     out = np.empty_like(a)
     for i in range(stack[0]):
         ok = True
@@ -256,32 +235,31 @@ def cholesky_native(A, stack, prefix, suffix):
             ok = False
         if not ok:
             raise LinAlgError(prefix + "Matrix is not positive definite." + suffix)
-    return out.reshape(A.shape)
+    return out.reshape(-1)
 
 
 @njit(**OPTS)
-def det_native(A, stack, batch):
-    """The determinant of each matrix of ``A``, shaped ``batch``."""
+def det_native(A, stack):
+    """The determinant of each matrix of ``A``."""
     out = np.empty(stack[0], A.dtype)
-    det_batched(A.reshape(stack), out)
-    return out.reshape(batch)
+    det_batched(view3(A, stack), out)
+    return out
 
 
 @njit(**OPTS)
-def slogdet_native(A, stack, batch):
-    """``(sign, logabsdet)`` of each matrix of ``A``, shaped ``batch``."""
+def slogdet_native(A, stack):
+    """``(sign, logabsdet)`` of each matrix of ``A``."""
     sign = np.empty(stack[0], A.dtype)
     logabs = np.empty(stack[0], A.dtype)
-    slogdet_batched(A.reshape(stack), sign, logabs)
-    return sign.reshape(batch), logabs.reshape(batch)
+    slogdet_batched(view3(A, stack), sign, logabs)
+    return sign, logabs
 
 
 @njit(**OPTS)
-def solve_native(A, B, b_matrix, a_full, b_full, a_stack, b_stack, out_shape, prefix,
-                 suffix):
+def solve_native(A, B, a_shape, b_matrix, a_full, b_full, a_stack, b_stack, prefix, suffix):
     """``X`` with ``A @ X = B`` (``B`` as the matrices ``b_matrix``), batches broadcast."""
-    a = _stacked(A, a_full, a_stack)
-    b = _stacked(B.reshape(b_matrix), b_full, b_stack)
+    a = view3(broadcast(A, a_shape, a_full), a_stack)
+    b = view3(broadcast(B, b_matrix, b_full), b_stack)
     out = np.empty_like(b)
     for i in range(a_stack[0]):
         ok = True
@@ -291,15 +269,16 @@ def solve_native(A, B, b_matrix, a_full, b_full, a_stack, b_stack, out_shape, pr
             ok = False
         if not ok:
             raise LinAlgError(prefix + _lapack_failure(a[i], b[i]) + suffix)
-    return out.reshape(out_shape)
+    return out.reshape(-1)
 
 
 @njit(**OPTS)
-def solve_triangular_native(A, B, upper, unit, a_perm, b_perm, a_full, b_full, a_stack,
-                            b_stack, x_shape, out_perm):
+def solve_triangular_native(A, B, upper, unit, a_shape, b_shape, a_perm, b_perm, a_mat,
+                            b_mat, a_full, b_full, a_stack, b_stack, x_shape, out_perm):
     """``X`` with ``A @ X = B`` for a triangular ``A``; with the perms (transposing the
-    last two dims) ``X @ A = B`` as ``A.mT @ X.mT = B.mT``."""
-    a = _stacked(_transposed(A, a_perm), a_full, a_stack)
-    x = _stacked(_transposed(B, b_perm), b_full, b_stack).copy()
+    last two dims of ``a_shape``/``b_shape`` into ``a_mat``/``b_mat``) ``X @ A = B`` as
+    ``A.mT @ X.mT = B.mT``."""
+    a = view3(broadcast(permuted(A, a_shape, a_perm), a_mat, a_full), a_stack)
+    x = view3(broadcast(permuted(B, b_shape, b_perm), b_mat, b_full).copy(), b_stack)
     trsm_batched(a, x, upper, unit)
-    return _transposed(x.reshape(x_shape), out_perm)
+    return permuted(x.reshape(-1), x_shape, out_perm)

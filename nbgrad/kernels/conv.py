@@ -17,8 +17,9 @@ Geometry arguments are plain ints, passed in one order everywhere:
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
-from numba.extending import overload
+from numba import njit
+
+from .layout import view3
 
 OPTS = dict(cache=True, nogil=True)
 
@@ -334,92 +335,91 @@ def avg_pool2d_backward(gy, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, 
 # ``@njit`` entry points that generated code calls directly (``Opaque.native``) and the
 # ops' CPU kernels call too: C-contiguous arrays, the geometry as above, then the
 # output sizes the op's static computed.
+@njit(**OPTS)
 def _add_bias(out, b):
-    """``out[:, o] += b[o]`` of an NCHW ``out``; nothing when ``b`` is None."""
-
-
-@overload(_add_bias)
-def _add_bias_impl(out, b):
-    if isinstance(b, types.NoneType):
-        return lambda out, b: None
-
-    def add(out, b):
+    """``out[n, o] += b[o]`` unless ``b`` is empty (absent)."""
+    if b.size:
         for n in range(out.shape[0]):
             for o in range(out.shape[1]):
                 out[n, o] += b[o]
-    return add
 
 
 @njit(**OPTS)
-def conv2d_native(x, w, b, sh, sw, ph, pw, dh, dw, groups, Ho, Wo):
-    """2-D convolution (cross-correlation) of NCHW ``x`` with ``w``, plus ``b``."""
-    out = np.empty((x.shape[0], w.shape[0], Ho, Wo), x.dtype)
-    if out.size and w.shape[1]:
-        conv2d_forward(x, w, sh, sw, ph, pw, dh, dw, groups, out)
+def _view4(x, shape):
+    return x.reshape((shape[0], shape[1], shape[2], shape[3]))
+
+
+@njit(**OPTS)
+def conv2d_native(x, w, b, x_shape, w_shape, sh, sw, ph, pw, dh, dw, groups, Ho, Wo):
+    """2-D convolution (cross-correlation) of NCHW ``x`` with ``w``, plus ``b``; flat."""
+    out = np.empty((x_shape[0], w_shape[0], Ho, Wo), x.dtype)
+    if out.size and w_shape[1]:
+        conv2d_forward(_view4(x, x_shape), _view4(w, w_shape), sh, sw, ph, pw, dh, dw,
+                       groups, out)
     else:
         out[:] = 0
     _add_bias(out, b)
-    return out
+    return out.reshape(-1)
 
 
 @njit(**OPTS)
-def conv1d_native(x, w, b, sw, pw, dw, groups, Wo):
+def conv1d_native(x, w, b, x_shape, w_shape, sw, pw, dw, groups, Wo):
     """1-D convolution of NCL ``x`` with ``w``: the 2-D one of unit height."""
-    x4 = x.reshape((x.shape[0], x.shape[1], 1, x.shape[2]))
-    w4 = w.reshape((w.shape[0], w.shape[1], 1, w.shape[2]))
-    out = conv2d_native(x4, w4, b, 1, sw, 0, pw, 1, dw, groups, 1, Wo)
-    return out.reshape((out.shape[0], out.shape[1], Wo))
+    x4 = np.array((x_shape[0], x_shape[1], 1, x_shape[2]))
+    w4 = np.array((w_shape[0], w_shape[1], 1, w_shape[2]))
+    return conv2d_native(x, w, b, x4, w4, 1, sw, 0, pw, 1, dw, groups, 1, Wo)
 
 
 @njit(**OPTS)
-def conv2d_input_backward_native(gy, w, input_size, sh, sw, ph, pw, dh, dw, groups):
-    """The gradient of :func:`conv2d_native` for its input, of shape ``input_size``."""
-    gx = np.zeros(input_size, gy.dtype)
+def conv2d_input_backward_native(gy, w, gy_shape, w_shape, input_size, sh, sw, ph, pw, dh,
+                                 dw, groups):
+    """The gradient of :func:`conv2d_native` for its input (``input_size``), flat."""
+    gx = np.zeros((input_size[0], input_size[1], input_size[2], input_size[3]), gy.dtype)
     if gy.size:
-        conv2d_input_grad(gy, w, sh, sw, ph, pw, dh, dw, groups, gx)
-    return gx
+        conv2d_input_grad(_view4(gy, gy_shape), _view4(w, w_shape), sh, sw, ph, pw, dh, dw,
+                          groups, gx)
+    return gx.reshape(-1)
 
 
 @njit(**OPTS)
-def conv2d_weight_backward_native(gy, x, weight_size, sh, sw, ph, pw, dh, dw, groups):
-    """The gradient of :func:`conv2d_native` for its weight, of shape ``weight_size``."""
-    gw = np.zeros(weight_size, gy.dtype)
+def conv2d_weight_backward_native(gy, x, gy_shape, x_shape, weight_size, sh, sw, ph, pw, dh,
+                                  dw, groups):
+    """The gradient of :func:`conv2d_native` for its weight (``weight_size``), flat."""
+    gw = np.zeros((weight_size[0], weight_size[1], weight_size[2], weight_size[3]), gy.dtype)
     if gy.size:
-        conv2d_weight_grad(gy, x, sh, sw, ph, pw, dh, dw, groups, gw)
-    return gw
+        conv2d_weight_grad(_view4(gy, gy_shape), _view4(x, x_shape), sh, sw, ph, pw, dh, dw,
+                           groups, gw)
+    return gw.reshape(-1)
 
 
 @njit(**OPTS)
-def max_pool2d_native(x, kh, kw, sh, sw, ph, pw, dh, dw, planes, out_shape, fast):
+def max_pool2d_native(x, kh, kw, sh, sw, ph, pw, dh, dw, planes, Ho, Wo, fast):
     """``(max, flat index h * W + w of it)`` over each window of each plane; ``planes``:
-    (count, H, W) of ``x``; ``fast``: the 2x2, stride-2 case."""
-    p = x.reshape(planes)
-    Ho, Wo = out_shape[len(out_shape) - 2], out_shape[len(out_shape) - 1]
+    (count, H, W) of ``x``; ``fast``: the 2x2, stride-2 case. Flat."""
+    p = view3(x, planes)
     out = np.empty((planes[0], Ho, Wo), x.dtype)
     idx = np.empty((planes[0], Ho, Wo), np.int64)
     if fast:
         max_pool2d_2x2(p, out, idx)
     else:
         max_pool2d_forward(p, kh, kw, sh, sw, ph, pw, dh, dw, out, idx)
-    return out.reshape(out_shape), idx.reshape(out_shape)
+    return out.reshape(-1), idx.reshape(-1)
 
 
 @njit(**OPTS)
-def avg_pool2d_native(x, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, planes,
-                      out_shape):
-    """The mean over each window of each plane (``divisor`` 0: torch's count)."""
-    Ho, Wo = out_shape[len(out_shape) - 2], out_shape[len(out_shape) - 1]
+def avg_pool2d_native(x, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, planes, Ho, Wo):
+    """The mean over each window of each plane (``divisor`` 0: torch's count); flat."""
     out = np.empty((planes[0], Ho, Wo), x.dtype)
-    avg_pool2d_forward(x.reshape(planes), kh, kw, sh, sw, ph, pw, count_include_pad,
+    avg_pool2d_forward(view3(x, planes), kh, kw, sh, sw, ph, pw, count_include_pad,
                        divisor, out)
-    return out.reshape(out_shape)
+    return out.reshape(-1)
 
 
 @njit(**OPTS)
-def avg_pool2d_backward_native(gy, input_size, kh, kw, sh, sw, ph, pw, count_include_pad,
-                               divisor, gy_planes, gx_planes):
-    """The gradient of :func:`avg_pool2d_native`, in zeros of shape ``input_size``."""
-    gx = np.zeros(input_size, gy.dtype)
-    avg_pool2d_backward(gy.reshape(gy_planes), kh, kw, sh, sw, ph, pw, count_include_pad,
-                        divisor, gx.reshape(gx_planes))
+def avg_pool2d_backward_native(gy, kh, kw, sh, sw, ph, pw, count_include_pad, divisor,
+                               gy_planes, gx_planes):
+    """The gradient of :func:`avg_pool2d_native` (the ``gx_planes`` of the input), flat."""
+    gx = np.zeros(gx_planes[0] * gx_planes[1] * gx_planes[2], gy.dtype)
+    avg_pool2d_backward(view3(gy, gy_planes), kh, kw, sh, sw, ph, pw, count_include_pad,
+                        divisor, view3(gx, gx_planes))
     return gx

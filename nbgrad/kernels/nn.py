@@ -14,7 +14,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .layout import as_dtype, broadcast_flat, check_index, ones_or
+from .layout import as_dtype, broadcast, broadcast_or_ones, check_index, ones_or
 
 OPTS = dict(cache=True, nogil=True)
 
@@ -215,15 +215,14 @@ def add_rows(out, bias):
 
 # ------------------------------------------------------------------ natives
 # ``@njit`` entry points that generated code calls directly (``Opaque.native``) and the
-# ops' CPU kernels call too. ``reduction``: 0 none, 1 mean, 2 sum; ``out_shape``: the
-# per-element shape for none, else ().
+# ops' CPU kernels call too, flat (``NativePlan``). ``reduction``: 0 none, 1 mean, 2 sum.
 @njit(**OPTS)
-def reduce_loss(values, reduction, denom, out_shape, like):
+def reduce_loss(values, reduction, denom, like):
     """Per-element losses (float64, flat) in ``like``'s dtype: as they are, summed (in
-    float64), or summed and divided by ``denom`` (NaN when it is 0)."""
+    float64), or summed and divided by ``denom`` (NaN when it is 0); flat."""
     vals = values.astype(like.dtype)
     if reduction == 0:
-        return vals.reshape(out_shape)
+        return vals
     total = 0.0
     for v in vals:
         total += v
@@ -231,7 +230,7 @@ def reduce_loss(values, reduction, denom, out_shape, like):
         total = total / denom if denom else np.nan
     out = np.empty(1, like.dtype)
     out[0] = total
-    return out.reshape(out_shape)
+    return out
 
 
 @njit(**OPTS)
@@ -250,41 +249,40 @@ def softmax_native(x, A, R, B, dtype, log):
     ``x`` cast to ``dtype`` (if not None)."""
     y = as_dtype(x, dtype)
     out = np.empty(y.size, y.dtype)
-    softmax_arb(y.reshape(-1), A, R, B, log, out)
-    return out.reshape(x.shape)
+    softmax_arb(y, A, R, B, log, out)
+    return out
 
 
 @njit(**OPTS)
 def class_loss_native(x, target, weight, A, C, B, ignore_index, smoothing, reduction,
-                      out_shape, fused, op):
+                      fused, op):
     """cross entropy of logits (``fused``) or nll of log-probabilities ``x`` at class
     indices ``target``; 'mean' divides by the summed weights of the counted targets."""
-    t = target.astype(np.int64).reshape(-1)
+    t = target.astype(np.int64)
     check_targets(t, C, ignore_index, op)
     w = ones_or(weight, C, np.empty(0))
     loss = np.empty(A * B)
     wt = np.empty(A * B)
     if fused:
-        cross_entropy_fwd(x.reshape(-1), t, w, A, C, B, ignore_index, smoothing, loss, wt)
+        cross_entropy_fwd(x, t, w, A, C, B, ignore_index, smoothing, loss, wt)
     else:
-        nll_fwd(x.reshape(-1), t, w, A, C, B, ignore_index, smoothing, loss, wt)
+        nll_fwd(x, t, w, A, C, B, ignore_index, smoothing, loss, wt)
     denom = 0.0
     for v in wt:
         denom += v
-    return reduce_loss(loss, reduction, denom, out_shape, x)
+    return reduce_loss(loss, reduction, denom, x)
 
 
 @njit(**OPTS)
-def nll_backward_native(g, target, weight, A, C, B, ignore_index, smoothing, reduction,
-                        sizes, op):
-    """The gradient of the nll loss for its input, of shape ``sizes``."""
-    t = target.astype(np.int64).reshape(-1)
+def nll_backward_native(g, target, weight, A, C, B, ignore_index, smoothing, reduction, op):
+    """The gradient of the nll loss for its input (A * C * B values)."""
+    t = target.astype(np.int64)
     check_targets(t, C, ignore_index, op)
     w = ones_or(weight, C, np.empty(0))
     if reduction == 0:
-        gs = g.astype(np.float64).reshape(-1)
+        gs = g.astype(np.float64)
     else:
-        scale = float(g.reshape(-1)[0])
+        scale = float(g[0])
         if reduction == 1:
             denom = 0.0
             for i in range(t.size):
@@ -294,81 +292,80 @@ def nll_backward_native(g, target, weight, A, C, B, ignore_index, smoothing, red
         gs = np.full(A * B, scale)
     out = np.empty(A * C * B, g.dtype)
     nll_bwd(gs, t, w, A, C, B, ignore_index, smoothing, out)
-    return out.reshape(sizes)
-
-
-@njit(**OPTS)
-def pointwise_loss_native(a, b, shape, squared, reduction, out_shape):
-    """``(a - b)**2`` (``squared``) or ``|a - b|`` broadcast to ``shape``, reduced."""
-    fa = np.ascontiguousarray(np.broadcast_to(a, shape)).reshape(-1)
-    fb = np.ascontiguousarray(np.broadcast_to(b.astype(a.dtype), shape)).reshape(-1)
-    out = np.empty(fa.size, a.dtype)
-    pointwise_loss(fa, fb, squared, out)
-    return reduce_loss(out, reduction, out.size, out_shape, a)
-
-
-@njit(**OPTS)
-def binary_cross_entropy_native(p, t, weight, shape, reduction, out_shape):
-    """Binary cross entropy of probabilities ``p`` (each in [0, 1]) against ``t``."""
-    fp = p.reshape(-1)
-    if fp.size and (fp.min() < 0 or fp.max() > 1):
-        raise RuntimeError("binary_cross_entropy: all input values must be between 0 and 1")
-    out = np.empty(fp.size, p.dtype)
-    binary_cross_entropy_fwd(fp, t.astype(p.dtype).reshape(-1),
-                             broadcast_flat(weight, shape, p), out)
-    return reduce_loss(out, reduction, out.size, out_shape, p)
-
-
-@njit(**OPTS)
-def bce_with_logits_native(x, t, weight, pos_weight, shape, reduction, out_shape):
-    """Binary cross entropy of ``sigmoid(x)`` against ``t``, from the logits."""
-    out = np.empty(x.size, x.dtype)
-    bce_with_logits_fwd(x.reshape(-1), t.astype(x.dtype).reshape(-1),
-                        broadcast_flat(weight, shape, x),
-                        broadcast_flat(pos_weight, shape, x), pos_weight is not None, out)
-    return reduce_loss(out, reduction, out.size, out_shape, x)
-
-
-@njit(**OPTS)
-def layer_norm_native(x, weight, bias, M, D, eps):
-    """:func:`layer_norm_fwd` of ``x`` as ``M`` rows of ``D``; weight and bias optional."""
-    out = np.empty(x.size, x.dtype)
-    layer_norm_fwd(x.reshape(-1), M, D, ones_or(weight, 1, x), ones_or(bias, 1, x),
-                   weight is not None, bias is not None, eps, out)
-    return out.reshape(x.shape)
-
-
-@njit(**OPTS)
-def embedding_native(indices, weight, out_shape, prefix, suffix):
-    """Rows of the 2-D ``weight`` at ``indices``, shaped ``out_shape``."""
-    idx = indices.reshape(-1)
-    check_index(idx, 0, weight.shape[0], prefix, suffix)
-    out = np.empty((idx.size, weight.shape[1]), weight.dtype)
-    for i in range(idx.size):
-        out[i] = weight[idx[i]]
-    return out.reshape(out_shape)
-
-
-@njit(**OPTS)
-def embedding_backward_native(g, indices, num_weights, padding_idx, prefix, suffix):
-    """The gradient of :func:`embedding_native` for its weight (``padding_idx`` -1: none)."""
-    idx = indices.astype(np.int64).reshape(-1)
-    dim = g.shape[-1]
-    check_index(idx, 0, num_weights, prefix, suffix)
-    out = np.zeros((num_weights, dim), g.dtype)
-    embedding_bwd(g.reshape((idx.size, dim)), idx, padding_idx, out)
     return out
 
 
 @njit(**OPTS)
-def one_hot_native(x, num_classes):
-    """int64 one-hot rows of length ``num_classes`` for the indices ``x``."""
-    idx = x.reshape(-1)
-    out = np.zeros((idx.size, num_classes), np.int64)
-    for i in range(idx.size):
-        j = idx[i]
+def pointwise_loss_native(a, b, a_shape, b_shape, shape, squared, reduction):
+    """``(a - b)**2`` (``squared``) or ``|a - b|`` broadcast to ``shape``, reduced."""
+    fa = broadcast(a, a_shape, shape)
+    fb = broadcast(b.astype(a.dtype), b_shape, shape)
+    out = np.empty(fa.size, a.dtype)
+    pointwise_loss(fa, fb, squared, out)
+    return reduce_loss(out, reduction, out.size, a)
+
+
+@njit(**OPTS)
+def binary_cross_entropy_native(p, t, weight, w_shape, shape, reduction):
+    """Binary cross entropy of probabilities ``p`` (each in [0, 1]) against ``t``."""
+    if p.size and (p.min() < 0 or p.max() > 1):
+        raise RuntimeError("binary_cross_entropy: all input values must be between 0 and 1")
+    out = np.empty(p.size, p.dtype)
+    binary_cross_entropy_fwd(p, t.astype(p.dtype), broadcast_or_ones(weight, w_shape, shape, p),
+                             out)
+    return reduce_loss(out, reduction, out.size, p)
+
+
+@njit(**OPTS)
+def bce_with_logits_native(x, t, weight, pos_weight, w_shape, pw_shape, shape, reduction):
+    """Binary cross entropy of ``sigmoid(x)`` against ``t``, from the logits."""
+    out = np.empty(x.size, x.dtype)
+    bce_with_logits_fwd(x, t.astype(x.dtype), broadcast_or_ones(weight, w_shape, shape, x),
+                        broadcast_or_ones(pos_weight, pw_shape, shape, x), pos_weight.size > 0,
+                        out)
+    return reduce_loss(out, reduction, out.size, x)
+
+
+@njit(**OPTS)
+def layer_norm_native(x, weight, bias, M, D, eps):
+    """:func:`layer_norm_fwd` of ``x`` as ``M`` rows of ``D``; weight and bias optional
+    (empty when absent)."""
+    out = np.empty(x.size, x.dtype)
+    layer_norm_fwd(x, M, D, ones_or(weight, 1, x), ones_or(bias, 1, x), weight.size > 0,
+                   bias.size > 0, eps, out)
+    return out
+
+
+@njit(**OPTS)
+def embedding_native(indices, weight, rows, dim, prefix, suffix):
+    """Rows of ``weight`` (``rows`` x ``dim``) at ``indices``, flat."""
+    check_index(indices, 0, rows, prefix, suffix)
+    w = weight.reshape((rows, dim))
+    out = np.empty((indices.size, dim), weight.dtype)
+    for i in range(indices.size):
+        out[i] = w[indices[i]]
+    return out.reshape(-1)
+
+
+@njit(**OPTS)
+def embedding_backward_native(g, indices, num_weights, dim, padding_idx, prefix, suffix):
+    """The gradient of :func:`embedding_native` for its weight (``padding_idx`` -1: none)."""
+    idx = indices.astype(np.int64)
+    check_index(idx, 0, num_weights, prefix, suffix)
+    out = np.zeros((num_weights, dim), g.dtype)
+    embedding_bwd(g.reshape((idx.size, dim)), idx, padding_idx, out)
+    return out.reshape(-1)
+
+
+@njit(**OPTS)
+def one_hot_native(x, num_classes, ndim):
+    """int64 one-hot rows of length ``num_classes`` for the indices ``x`` (of ``ndim``
+    dimensions, for the error message), flat."""
+    out = np.zeros((x.size, num_classes), np.int64)
+    for i in range(x.size):
+        j = x[i]
         if j < -num_classes or j >= num_classes:
             raise IndexError("index " + str(j) + " is out of bounds for axis "
-                             + str(x.ndim) + " with size " + str(num_classes))
+                             + str(ndim) + " with size " + str(num_classes))
         out[i, j if j >= 0 else j + num_classes] = 1
-    return out.reshape(x.shape + (num_classes,))
+    return out.reshape(-1)

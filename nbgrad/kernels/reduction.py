@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from .layout import accumulator, as_dtype, as_sum_dtype, c_contiguous
+from .layout import accumulator, as_dtype, as_sum_dtype, broadcast, c_contiguous, permuted
 
 OPTS = dict(cache=True, nogil=True)
 
@@ -294,81 +294,71 @@ def keep_shape(shape: tuple[int, ...], dims: tuple[int, ...], keepdim: bool,
 
 # ------------------------------------------------------------------ natives
 # ``@njit`` entry points that generated code calls directly (``Opaque.native``) and the
-# ops' CPU kernels call too: a C-contiguous input and the constants of its plan.
-def arb_flat(x, perm):
-    """``x`` flat, transposed by ``perm`` first unless it is None."""
-
-
-@overload(arb_flat)
-def _arb_flat(x, perm):
-    if isinstance(perm, types.NoneType):
-        return lambda x, perm: x.reshape(-1)
-    return lambda x, perm: np.ascontiguousarray(x.transpose(perm)).reshape(-1)
-
-
+# ops' CPU kernels call too, flat as ``NativePlan`` says: the input flat with its
+# ``shape`` and the plan's transposition ``perm`` (empty: none), results flat.
 @njit(**OPTS)
-def extreme_values_native(x, perm, A, R, B, out_shape, is_max):
+def extreme_values_native(x, shape, perm, A, R, B, is_max):
     """amax (is_max) or amin of ``x`` over the plan's dims (:func:`arb_plan`)."""
     out = np.empty(A * B, x.dtype)
-    extreme_values_arb(arb_flat(x, perm), A, R, B, is_max, out)
-    return out.reshape(out_shape)
+    extreme_values_arb(permuted(x, shape, perm), A, R, B, is_max, out)
+    return out
 
 
 @njit(**OPTS)
-def extreme_dim_native(x, perm, A, R, B, out_shape, is_max):
+def extreme_dim_native(x, shape, perm, A, R, B, is_max):
     """``(values, first indices)`` of the max (is_max) or min over the plan's dims."""
     values = np.empty(A * B, x.dtype)
     idx = np.empty(A * B, np.int64)
-    extreme_arb(arb_flat(x, perm), A, R, B, values, idx, is_max)
-    return values.reshape(out_shape), idx.reshape(out_shape)
+    extreme_arb(permuted(x, shape, perm), A, R, B, values, idx, is_max)
+    return values, idx
 
 
 @njit(**OPTS)
-def arg_extreme_native(x, perm, A, R, B, out_shape, is_max):
+def arg_extreme_native(x, shape, perm, A, R, B, is_max):
     """The first index of the max (is_max) or min over the plan's dims."""
-    return extreme_dim_native(x, perm, A, R, B, out_shape, is_max)[1]
+    return extreme_dim_native(x, shape, perm, A, R, B, is_max)[1]
 
 
 @njit(**OPTS)
-def variance_native(x, perm, A, R, B, out_shape, correction, root):
+def variance_native(x, shape, perm, A, R, B, correction, root):
     """The variance (its square root when ``root``); NaN for an empty input."""
     out = np.empty(A * B, x.dtype)
     if x.size == 0:
         out[:] = np.nan
     else:
-        var_arb(arb_flat(x, perm), A, R, B, correction, out)
+        var_arb(permuted(x, shape, perm), A, R, B, correction, out)
     if root:
         out = np.sqrt(out)
-    return out.reshape(out_shape)
+    return out
 
 
 @njit(**OPTS)
-def logsumexp_native(x, perm, A, R, B, out_shape):
+def logsumexp_native(x, shape, perm, A, R, B):
     """``log(sum(exp(x)))`` over the plan's dims; -inf for an empty input."""
     out = np.empty(A * B, x.dtype)
     if x.size == 0:
         out[:] = -np.inf
     else:
-        logsumexp_arb(arb_flat(x, perm), A, R, B, out)
-    return out.reshape(out_shape)
+        logsumexp_arb(permuted(x, shape, perm), A, R, B, out)
+    return out
 
 
 @njit(**OPTS)
-def prod_native(x, perm, A, R, B, out_shape, dtype):
+def prod_native(x, shape, perm, A, R, B, dtype):
     """The product over the plan's dims, in ``dtype`` (None: the sum dtype of ``x``)."""
     y = as_sum_dtype(x, dtype)
     out = np.empty(A * B, y.dtype)
-    prod_arb(arb_flat(y, perm), A, R, B, out)
-    return out.reshape(out_shape)
+    prod_arb(permuted(y, shape, perm), A, R, B, out)
+    return out
 
 
 @njit(**OPTS)
-def norm_native(x, perm, A, R, B, out_shape, p, dtype):
+def norm_native(x, shape, perm, A, R, B, p, dtype):
     """The vector p-norm over the plan's dims, of ``x`` cast to ``dtype`` (if not None)."""
     y = as_dtype(x, dtype)
     out = np.empty(A * B, y.dtype)
-    norm_arb(arb_flat(y, perm), A, R, B, p, out)
-    return out.reshape(out_shape)
+    norm_arb(permuted(y, shape, perm), A, R, B, p, out)
+    return out
 
 
 @njit(**OPTS)
@@ -379,27 +369,26 @@ def cumulative_native(x, A, R, B, dtype, product):
     out = np.empty(y.size, y.dtype)
     acc = accumulator(out, B)
     if product:
-        cumprod_arb(y.reshape(-1), A, R, B, acc, out)
+        cumprod_arb(y, A, R, B, acc, out)
     else:
-        cumsum_arb(y.reshape(-1), A, R, B, acc, out)
-    return out.reshape(x.shape)
+        cumsum_arb(y, A, R, B, acc, out)
+    return out
 
 
 @njit(**OPTS)
-def scan_native(b, a, shape, A, R, B, reverse):
+def scan_native(b, a, b_shape, a_shape, shape, A, R, B, reverse):
     """:func:`scan_arb` of ``b`` and ``a`` broadcast to ``shape``."""
-    fb = np.ascontiguousarray(np.broadcast_to(b, shape)).reshape(-1)
-    fa = np.ascontiguousarray(np.broadcast_to(a.astype(b.dtype), shape)).reshape(-1)
+    fb = broadcast(b, b_shape, shape)
+    fa = broadcast(a.astype(b.dtype), a_shape, shape)
     out = np.empty(fb.size, b.dtype)
     scan_arb(fb, fa, A, R, B, reverse, np.empty(B, b.dtype), out)
-    return out.reshape(shape)
+    return out
 
 
 @njit(**OPTS)
 def shift_native(x, A, R, B, offset, fill):
     """``out[a, r, b] = x[a, r - offset, b]`` of an (A, R, B) view, ``fill`` outside."""
-    flat = x.reshape(-1)
-    out = np.empty(flat.size, x.dtype)
+    out = np.empty(x.size, x.dtype)
     for a in range(A):
         for r in range(R):
             src = r - offset
@@ -407,11 +396,11 @@ def shift_native(x, A, R, B, offset, fill):
             if 0 <= src < R:
                 so = (a * R + src) * B
                 for b in range(B):
-                    out[off + b] = flat[so + b]
+                    out[off + b] = x[so + b]
             else:
                 for b in range(B):
                     out[off + b] = fill
-    return out.reshape(x.shape)
+    return out
 
 
 def _line_order(line, descending):
@@ -451,19 +440,18 @@ def _line_order_impl(line, descending):
 
 
 @njit(**OPTS)
-def sorted_native(x, A, R, B, k, descending, out_shape):
+def sorted_native(x, A, R, B, k, descending):
     """``(values, indices)`` of the first ``k`` of each line of the middle axis of an
     (A, R, B) view in sorted order (see :func:`_line_order`)."""
-    xf = x.reshape(-1)
     values = np.empty(A * k * B, x.dtype)
     idx = np.empty(A * k * B, np.int64)
     line = np.empty(R, x.dtype)
     for a in range(A):
         for b in range(B):
             for r in range(R):
-                line[r] = xf[(a * R + r) * B + b]
+                line[r] = x[(a * R + r) * B + b]
             order = _line_order(line, descending)
             for t in range(k):
                 values[(a * k + t) * B + b] = line[order[t]]
                 idx[(a * k + t) * B + b] = order[t]
-    return values.reshape(out_shape), idx.reshape(out_shape)
+    return values, idx

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .layout import check_index
+from .layout import broadcast, check_index, view3
 
 OPTS = dict(cache=True, nogil=True)
 
@@ -104,36 +104,34 @@ def _offset(p, pos, ishape, strides, dim):
 def gather_native(x, index, dim, n, full, x3, i3, ishape, strides, prefix, suffix):
     """``torch.gather``: ``out[..., m, ...] = x[..., index[..., m, ...], ...]`` along ``dim``
     (of size ``n``); the output has the index's shape."""
-    idx = index.astype(np.int64).reshape(-1)
+    idx = index.astype(np.int64)
     check_index(idx, 0, n, prefix, suffix)
     out = np.empty(idx.size, x.dtype)
     if full:
-        gather_dim(x.reshape(x3), idx.reshape(i3), out.reshape(i3))
+        gather_dim(view3(x, x3), view3(idx, i3), view3(out, i3))
     else:
-        xf = x.reshape(-1)
         for p in range(idx.size):
-            out[p] = xf[_offset(p, idx[p], ishape, strides, dim)]
-    return out.reshape(index.shape)
+            out[p] = x[_offset(p, idx[p], ishape, strides, dim)]
+    return out
 
 
 @njit(**OPTS)
 def _scatter_into(out, index, src, dim, n, full, x3, i3, ishape, strides, accumulate,
                   prefix, suffix):
-    idx = index.astype(np.int64).reshape(-1)
+    idx = index.astype(np.int64)
     check_index(idx, 0, n, prefix, suffix)
-    s = src.astype(out.dtype).reshape(-1)
+    s = src.astype(out.dtype)
     if s.size != idx.size:  # a 0-d src goes everywhere
         s = np.full(idx.size, s[0], out.dtype)
     if full:
-        scatter_dim(out.reshape(x3), idx.reshape(i3), s.reshape(i3), accumulate)
+        scatter_dim(view3(out, x3), view3(idx, i3), view3(s, i3), accumulate)
         return
-    of = out.reshape(-1)
     for p in range(idx.size):
         off = _offset(p, idx[p], ishape, strides, dim)
         if accumulate:
-            of[off] += s[p]
+            out[off] += s[p]
         else:
-            of[off] = s[p]
+            out[off] = s[p]
 
 
 @njit(**OPTS)
@@ -147,37 +145,37 @@ def scatter_native(x, index, src, dim, n, full, x3, i3, ishape, strides, accumul
 
 
 @njit(**OPTS)
-def gather_backward_native(g, index, sizes, dim, n, full, x3, i3, ishape, strides, prefix,
+def gather_backward_native(g, index, size, dim, n, full, x3, i3, ishape, strides, prefix,
                            suffix):
-    """Zeros of shape ``sizes`` with ``g`` added at ``index`` along ``dim``."""
-    out = np.zeros(sizes, g.dtype)
+    """``size`` zeros with ``g`` added at ``index`` along ``dim``."""
+    out = np.zeros(size, g.dtype)
     _scatter_into(out, index, g, dim, n, full, x3, i3, ishape, strides, True, prefix, suffix)
     return out
 
 
 @njit(**OPTS)
-def index_select_native(x, index, x3, out_shape, prefix, suffix):
+def index_select_native(x, index, x3, prefix, suffix):
     """The entries at positions ``index`` along the middle axis of ``x`` as (A, N, B)."""
-    idx = index.astype(np.int64).reshape(-1)
+    idx = index.astype(np.int64)
     check_index(idx, 0, x3[1], prefix, suffix)
     out = np.empty((x3[0], idx.size, x3[2]), x.dtype)
-    index_select_dim(x.reshape(x3), idx, out)
-    return out.reshape(out_shape)
+    index_select_dim(view3(x, x3), idx, out)
+    return out.reshape(-1)
 
 
 @njit(**OPTS)
-def index_select_backward_native(g, index, sizes, x3, prefix, suffix):
-    """Zeros of shape ``sizes`` with ``g`` added at positions ``index`` along ``dim``."""
-    idx = index.astype(np.int64).reshape(-1)
+def index_select_backward_native(g, index, x3, prefix, suffix):
+    """Zeros of the (A, N, B) ``x3`` with ``g`` added at positions ``index`` of N."""
+    idx = index.astype(np.int64)
     check_index(idx, 0, x3[1], prefix, suffix)
-    out = np.zeros(sizes, g.dtype)
-    index_add_dim(out.reshape(x3), idx, g.reshape((x3[0], idx.size, x3[2])))
+    out = np.zeros(x3[0] * x3[1] * x3[2], g.dtype)
+    index_add_dim(view3(out, x3), idx, g.reshape((x3[0], idx.size, x3[2])))
     return out
 
 
 @njit(**OPTS)
 def _flat_positions(index, n, prefix, suffix):
-    pos = index.astype(np.int64).reshape(-1)
+    pos = index.astype(np.int64)
     check_index(pos, -n, n, prefix, suffix)
     for i in range(pos.size):
         if pos[i] < 0:
@@ -190,24 +188,23 @@ def take_native(x, index, prefix, suffix):
     """The entries of the flattened ``x`` at ``index`` (negatives count from the end)."""
     pos = _flat_positions(index, x.size, prefix, suffix)
     out = np.empty(pos.size, x.dtype)
-    gather_flat(x.reshape(-1), pos, out)
-    return out.reshape(index.shape)
-
-
-@njit(**OPTS)
-def take_backward_native(g, index, sizes, prefix, suffix):
-    """Zeros of shape ``sizes`` with ``g`` added at the flat positions ``index``."""
-    out = np.zeros(sizes, g.dtype)
-    pos = _flat_positions(index, out.size, prefix, suffix)
-    scatter_add_flat(out.reshape(-1), pos, g.reshape(-1))
+    gather_flat(x, pos, out)
     return out
 
 
 @njit(**OPTS)
-def masked_fill_native(x, mask, value, shape):
-    """A copy of ``x`` (of ``shape``) with the 0-d ``value`` where ``mask`` (broadcast to
-    ``shape``) is true."""
+def take_backward_native(g, index, size, prefix, suffix):
+    """``size`` zeros with ``g`` added at the flat positions ``index``."""
+    out = np.zeros(size, g.dtype)
+    pos = _flat_positions(index, out.size, prefix, suffix)
+    scatter_add_flat(out, pos, g)
+    return out
+
+
+@njit(**OPTS)
+def masked_fill_native(x, mask, value, mask_shape, shape):
+    """A copy of ``x`` (of ``shape``) with the 0-d ``value`` where ``mask`` (of
+    ``mask_shape``, broadcast to ``shape``) is true."""
     out = x.copy()
-    m = np.ascontiguousarray(np.broadcast_to(mask, shape)).reshape(-1)
-    masked_fill_flat(out.reshape(-1), m, value.reshape(-1)[0])
+    masked_fill_flat(out, broadcast(mask, mask_shape, shape), value[0])
     return out

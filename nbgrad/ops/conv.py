@@ -20,7 +20,7 @@ from .convert import to_dtype
 from .dispatch import apply, promote_operands
 from .registry import formula_helper, get, kernel, op_function
 from .shape import pad, squeeze, unsqueeze
-from .traits import Opaque
+from .traits import NativePlan, Opaque
 
 # ``pad`` lives in nbgrad.ops.shape; it is listed here too so that nbgrad.nn.functional
 # (which star-imports this module) has torch's ``F.pad``
@@ -76,9 +76,13 @@ def _geometry(attrs: dict) -> tuple[int, ...]:
     return (*attrs["stride"], *attrs["padding"], *attrs["dilation"], int(attrs["groups"]))
 
 
-_CONV2D = Opaque(native=ck.conv2d_native, static=lambda attrs, shapes: (
-    *_geometry(attrs), *_conv_geometry(shapes[0], shapes[1], attrs["stride"],
-                                       attrs["padding"], attrs["dilation"])))
+def _conv2d_static(attrs: dict, shapes: tuple) -> NativePlan:
+    x, w = tuple(shapes[0]), tuple(shapes[1])
+    Ho, Wo = _conv_geometry(x, w, attrs["stride"], attrs["padding"], attrs["dilation"])
+    return NativePlan((x, w, *_geometry(attrs), Ho, Wo), ((x[0], w[0], Ho, Wo),))
+
+
+_CONV2D = Opaque(native=ck.conv2d_native, static=_conv2d_static)
 
 
 def _conv_attrs(stride, padding, dilation, groups) -> dict:
@@ -167,8 +171,9 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
 
 
 _CONV2D_INPUT_BACKWARD = Opaque(native=ck.conv2d_input_backward_native,
-                                static=lambda attrs, shapes: (tuple(attrs["input_size"]),
-                                                              *_geometry(attrs)))
+                                static=lambda attrs, shapes: NativePlan(
+                                    (*map(tuple, shapes), tuple(attrs["input_size"]),
+                                     *_geometry(attrs)), (tuple(attrs["input_size"]),)))
 
 
 @kernel("conv2d_input_backward", kind=_CONV2D_INPUT_BACKWARD)
@@ -189,8 +194,9 @@ def conv2d_input_backward(self: Tensor, weight: Tensor, input_size, stride, padd
 
 
 _CONV2D_WEIGHT_BACKWARD = Opaque(native=ck.conv2d_weight_backward_native,
-                                 static=lambda attrs, shapes: (tuple(attrs["weight_size"]),
-                                                               *_geometry(attrs)))
+                                 static=lambda attrs, shapes: NativePlan(
+                                     (*map(tuple, shapes), tuple(attrs["weight_size"]),
+                                      *_geometry(attrs)), (tuple(attrs["weight_size"]),)))
 
 
 @kernel("conv2d_weight_backward", kind=_CONV2D_WEIGHT_BACKWARD)
@@ -223,10 +229,11 @@ def conv_pair(values, lead: int) -> tuple[int, int]:
     return (lead, int(values[0]))
 
 
-def _conv1d_static(attrs: dict, shapes: tuple) -> tuple:
+def _conv1d_static(attrs: dict, shapes: tuple) -> NativePlan:
     s, p, d = attrs["stride"][0], attrs["padding"][0], attrs["dilation"][0]
-    return (s, p, d, int(attrs["groups"]),
-            conv_out_size(shapes[0][2], shapes[1][2], s, p, d))
+    x, w = tuple(shapes[0]), tuple(shapes[1])
+    Wo = conv_out_size(x[2], w[2], s, p, d)
+    return NativePlan((x, w, s, p, d, int(attrs["groups"]), Wo), ((x[0], w[0], Wo),))
 
 
 _CONV1D = Opaque(native=ck.conv1d_native, static=_conv1d_static)
@@ -281,13 +288,14 @@ def _planes(shape: tuple[int, ...]) -> tuple[int, int, int]:
     return (math.prod(shape[:-2]), *shape[-2:])
 
 
-def _max_pool_static(attrs: dict, shapes: tuple) -> tuple:
+def _max_pool_static(attrs: dict, shapes: tuple) -> NativePlan:
     shape = tuple(shapes[0])
     k, s, p, d = (tuple(attrs[n]) for n in ("kernel_size", "stride", "padding", "dilation"))
     Ho, Wo = _pool_shape("max_pool2d", shape, k, s, p, d, attrs["ceil_mode"])
     fast = (k == (2, 2) and s == (2, 2) and p == (0, 0) and d == (1, 1)
             and 2 * Ho <= shape[-2] and 2 * Wo <= shape[-1])
-    return (*k, *s, *p, *d, _planes(shape), shape[:-2] + (Ho, Wo), fast)
+    return NativePlan((*k, *s, *p, *d, _planes(shape), Ho, Wo, fast),
+                      (shape[:-2] + (Ho, Wo),) * 2)
 
 
 _MAX_POOL2D = Opaque(native=ck.max_pool2d_native, static=_max_pool_static)
@@ -322,11 +330,12 @@ def _avg_geometry(attrs: dict) -> tuple:
             bool(attrs["count_include_pad"]), int(attrs["divisor_override"] or 0))
 
 
-def _avg_pool_static(attrs: dict, shapes: tuple) -> tuple:
+def _avg_pool_static(attrs: dict, shapes: tuple) -> NativePlan:
     shape = tuple(shapes[0])
     Ho, Wo = _pool_shape("avg_pool2d", shape, attrs["kernel_size"], attrs["stride"],
                          attrs["padding"], (1, 1), attrs["ceil_mode"])
-    return (*_avg_geometry(attrs), _planes(shape), shape[:-2] + (Ho, Wo))
+    return NativePlan((*_avg_geometry(attrs), _planes(shape), Ho, Wo),
+                      (shape[:-2] + (Ho, Wo),))
 
 
 _AVG_POOL2D = Opaque(native=ck.avg_pool2d_native, static=_avg_pool_static)
@@ -369,10 +378,10 @@ def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bo
 
 
 _AVG_POOL2D_BACKWARD = Opaque(native=ck.avg_pool2d_backward_native,
-                              static=lambda attrs, shapes: (
-                                  tuple(attrs["input_size"]), *_avg_geometry(attrs),
-                                  _planes(tuple(shapes[0])),
-                                  _planes(tuple(attrs["input_size"]))))
+                              static=lambda attrs, shapes: NativePlan(
+                                  (*_avg_geometry(attrs), _planes(tuple(shapes[0])),
+                                   _planes(tuple(attrs["input_size"]))),
+                                  (tuple(attrs["input_size"]),)))
 
 
 @kernel("avg_pool2d_backward", kind=_AVG_POOL2D_BACKWARD)

@@ -22,7 +22,7 @@ from .convert import to_dtype
 from .dispatch import apply, as_tensor, promote_operands
 from .registry import formula_helper, get, kernel, op_function
 from .shape import transpose
-from .traits import Opaque
+from .traits import NativePlan, Opaque
 
 # nothing at the top level: nbgrad.linalg is the public address; nbgrad.det, .inverse and
 # .slogdet (also Tensor methods) are thin wrappers in nbgrad.ops.linalg
@@ -60,13 +60,13 @@ def _where(op: str, shape: tuple) -> tuple[str, str]:
 
 
 def _lapack_kind(op: str, native) -> Opaque:
-    return Opaque(native=native, static=lambda attrs, shapes: (
-        _stack_shape(shapes[0]), *_where(op, shapes[0])))
+    return Opaque(native=native, static=lambda attrs, shapes: NativePlan(
+        (_stack_shape(shapes[0]), *_where(op, shapes[0])), (tuple(shapes[0]),)))
 
 
-def _batch_kind(native) -> Opaque:
-    return Opaque(native=native, static=lambda attrs, shapes: (
-        _stack_shape(shapes[0]), tuple(shapes[0][:-2])))
+def _batch_kind(native, outputs: int) -> Opaque:
+    return Opaque(native=native, static=lambda attrs, shapes: NativePlan(
+        (_stack_shape(shapes[0]),), (tuple(shapes[0][:-2]),) * outputs))
 
 
 # ------------------------------------------------------------------ inv
@@ -87,7 +87,7 @@ def inv(A: Tensor) -> Tensor:
 
 
 # ------------------------------------------------------------------ det, slogdet
-_DET, _SLOGDET = _batch_kind(blas.det_native), _batch_kind(blas.slogdet_native)
+_DET, _SLOGDET = _batch_kind(blas.det_native, 1), _batch_kind(blas.slogdet_native, 2)
 
 
 @kernel("linalg.det", kind=_DET)
@@ -133,13 +133,13 @@ def _broadcast_plan(a_shape: tuple, b_shape: tuple) -> tuple:
     return batch, a_full, b_full, _stack_shape(a_full), _stack_shape(b_full)
 
 
-def _solve_static(attrs: dict, shapes: tuple) -> tuple:
+def _solve_static(attrs: dict, shapes: tuple) -> NativePlan:
     A, B = tuple(shapes[0]), tuple(shapes[1])
     vector = len(B) == 1 or (len(B) == len(A) - 1 and B == A[:-1])  # solve_is_vector
     b_matrix = B + (1,) if vector else B
     batch, *plan = _broadcast_plan(A, b_matrix)
     out_shape = batch + (b_matrix[-2],) if vector else batch + b_matrix[-2:]
-    return (b_matrix, *plan, out_shape, *_where("linalg.solve", A))
+    return NativePlan((A, b_matrix, *plan, *_where("linalg.solve", A)), (out_shape,))
 
 
 _SOLVE = Opaque(native=blas.solve_native, static=_solve_static)
@@ -204,15 +204,17 @@ def _mT(ndim: int) -> tuple[int, ...]:
     return (*range(ndim - 2), ndim - 1, ndim - 2)
 
 
-def _solve_triangular_static(attrs: dict, shapes: tuple) -> tuple:
-    A, B = tuple(shapes[0]), tuple(shapes[1])
+def _solve_triangular_static(attrs: dict, shapes: tuple) -> NativePlan:
+    A0, B0 = A, B = tuple(shapes[0]), tuple(shapes[1])
     left, upper = attrs["left"], bool(attrs["upper"])
     if not left:  # X A = B  <=>  A^T X^T = B^T
         A, B, upper = A[:-2] + A[-2:][::-1], B[:-2] + B[-2:][::-1], not upper
     batch, *plan = _broadcast_plan(A, B)
-    perms = (None, None, None) if left else (_mT(len(A)), _mT(len(B)), _mT(len(batch) + 2))
-    return (upper, bool(attrs["unitriangular"]), perms[0], perms[1], *plan,
-            batch + B[-2:], perms[2])
+    perms = ((), (), ()) if left else (_mT(len(A)), _mT(len(B)), _mT(len(batch) + 2))
+    x_shape = batch + B[-2:]
+    out_shape = x_shape if left else x_shape[:-2] + x_shape[-2:][::-1]
+    return NativePlan((upper, bool(attrs["unitriangular"]), A0, B0, perms[0], perms[1], A, B,
+                       *plan, x_shape, perms[2]), (out_shape,))
 
 
 _SOLVE_TRIANGULAR = Opaque(native=blas.solve_triangular_native,

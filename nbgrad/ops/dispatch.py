@@ -101,6 +101,9 @@ def apply(op: OpDef, args: tuple):
         t = call[i]
         if t is not None:
             call[i] = t._data
+        elif not op.params[i].optional:  # a kernel would read an absent tensor as empty
+            raise TypeError(f"{op.name}(): argument '{op.params[i].name}' (position {i + 1}) "
+                            "must be a tensor, not None")
     for i in op.list_pos:
         call[i] = [t._data for t in call[i]]
     kernel = op.kernels.get(device.type)

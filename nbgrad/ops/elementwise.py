@@ -20,7 +20,7 @@ from ..tensor import Tensor
 from .convert import to_dtype
 from .dispatch import apply, as_tensor, promote_operands
 from .registry import get, kernel, op_function
-from .traits import Elementwise, Opaque
+from .traits import Elementwise, NativePlan, Opaque
 
 
 def _out_dtype(kind: str, dtype: np.dtype) -> np.dtype:
@@ -147,8 +147,10 @@ def clip(self: Tensor, min: float | Tensor | None = None,  # noqa: A002
     return clamp(self, min, max)
 
 
-def _clamp_static(attrs: dict, shapes: tuple) -> tuple:
-    return (ew.broadcast_shape("clamp", *(s for s in shapes if s is not None)),)
+def _clamp_static(attrs: dict, shapes: tuple) -> NativePlan:
+    shape = ew.broadcast_shape("clamp", *(s for s in shapes if s is not None))
+    return NativePlan((*(() if s is None else tuple(s) for s in shapes), tuple(shape)),
+                      (tuple(shape),))
 
 
 _CLAMP_KIND = Opaque(native=mk.clamp_native, static=_clamp_static)

@@ -10,6 +10,8 @@ against the shapes before any kernel runs (``IndexError`` naming the op).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..kernels import scatter as sk
@@ -20,7 +22,7 @@ from .dispatch import apply, as_tensor
 from .registry import get, kernel, op_function
 from .shape import _dim as shape_dim
 from .shape import reshape
-from .traits import IndexScatter, Move, Opaque
+from .traits import IndexScatter, Move, NativePlan, Opaque
 
 __all__ = ["Index", "gather", "gather_backward", "index", "index_backward", "index_put",
            "index_select", "index_select_backward", "masked_fill", "normalize_index",
@@ -235,9 +237,9 @@ def _check_along(op: str, self: Tensor, dim, index: Tensor, src: Tensor | None =
     return d
 
 
-def _gather_static(attrs: dict, shapes: tuple) -> tuple:
+def _gather_static(attrs: dict, shapes: tuple) -> NativePlan:
     plan, where = _along_plan("gather", shapes[0], attrs["dim"], shapes[1])
-    return (*plan, *where)
+    return NativePlan((*plan, *where), (tuple(shapes[1]),))
 
 
 _GATHER = Opaque(native=sk.gather_native, static=_gather_static)
@@ -261,10 +263,10 @@ def gather(self: Tensor, dim: int, index: Tensor, *, axis=None) -> Tensor:
     return apply(get("gather"), (self, d, index))
 
 
-def _gather_backward_static(attrs: dict, shapes: tuple) -> tuple:
+def _gather_backward_static(attrs: dict, shapes: tuple) -> NativePlan:
     sizes = tuple(attrs["sizes"])
     plan, where = _along_plan("gather_backward", sizes, attrs["dim"], shapes[1])
-    return (sizes, *plan, *where)
+    return NativePlan((math.prod(sizes), *plan, *where), (sizes,))
 
 
 _GATHER_BACKWARD = Opaque(native=sk.gather_backward_native, static=_gather_backward_static)
@@ -304,9 +306,9 @@ def _scatter_args(op: str, self: Tensor, dim, index, src) -> tuple:
 
 
 def _scatter_kind(op: str, accumulate: bool) -> Opaque:
-    def static(attrs: dict, shapes: tuple) -> tuple:
+    def static(attrs: dict, shapes: tuple) -> NativePlan:
         plan, where = _along_plan(op, shapes[0], attrs["dim"], shapes[1])
-        return (*plan, accumulate, *where)
+        return NativePlan((*plan, accumulate, *where), (tuple(shapes[0]),))
     return Opaque(native=sk.scatter_native, static=static)
 
 
@@ -369,10 +371,10 @@ def _select_plan(op: str, shape: tuple, dim: int, index_shape: tuple) -> tuple:
     return x3, _range_message(op, f"dim {dim} of size {x3[1]}", shape, (m,))
 
 
-def _index_select_static(attrs: dict, shapes: tuple) -> tuple:
+def _index_select_static(attrs: dict, shapes: tuple) -> NativePlan:
     x3, where = _select_plan("index_select", shapes[0], attrs["dim"], shapes[1])
     m = int(np.prod(shapes[1], dtype=np.int64))
-    return (x3, _selected_shape(tuple(shapes[0]), attrs["dim"], m), *where)
+    return NativePlan((x3, *where), (_selected_shape(tuple(shapes[0]), attrs["dim"], m),))
 
 
 _INDEX_SELECT = Opaque(native=sk.index_select_native, static=_index_select_static)
@@ -390,10 +392,10 @@ def index_select(self: Tensor, dim: int, index: Tensor, *, axis=None) -> Tensor:
     return apply(get("index_select"), (self, d, index))
 
 
-def _index_select_backward_static(attrs: dict, shapes: tuple) -> tuple:
+def _index_select_backward_static(attrs: dict, shapes: tuple) -> NativePlan:
     sizes = tuple(attrs["sizes"])
     x3, where = _select_plan("index_select_backward", sizes, attrs["dim"], shapes[1])
-    return (sizes, x3, *where)
+    return NativePlan((x3, *where), (sizes,))
 
 
 _INDEX_SELECT_BACKWARD = Opaque(native=sk.index_select_backward_native,
@@ -419,8 +421,8 @@ def _take_message(op: str, shape: tuple, index_shape: tuple) -> tuple[str, str]:
     return _range_message(op, f"a tensor of {n} elements", shape, index_shape)
 
 
-_TAKE = Opaque(native=sk.take_native,
-               static=lambda attrs, shapes: _take_message("take", shapes[0], shapes[1]))
+_TAKE = Opaque(native=sk.take_native, static=lambda attrs, shapes: NativePlan(
+    _take_message("take", shapes[0], shapes[1]), (tuple(shapes[1]),)))
 
 
 @kernel("take", kind=_TAKE)
@@ -441,8 +443,9 @@ def take(self: Tensor, index: Tensor) -> Tensor:
     return apply(get("take"), (self, index))
 
 
-_TAKE_BACKWARD = Opaque(native=sk.take_backward_native, static=lambda attrs, shapes: (
-    tuple(attrs["sizes"]), *_take_message("take_backward", tuple(attrs["sizes"]), shapes[1])))
+_TAKE_BACKWARD = Opaque(native=sk.take_backward_native, static=lambda attrs, shapes: NativePlan(
+    (math.prod(attrs["sizes"]), *_take_message("take_backward", tuple(attrs["sizes"]),
+                                               shapes[1])), (tuple(attrs["sizes"]),)))
 
 
 @kernel("take_backward", kind=_TAKE_BACKWARD)
@@ -458,8 +461,8 @@ def take_backward(self: Tensor, sizes, index: Tensor) -> Tensor:
 
 
 # ------------------------------------------------------------------ masked_fill
-_MASKED_FILL = Opaque(native=sk.masked_fill_native,
-                      static=lambda attrs, shapes: (tuple(shapes[0]),))
+_MASKED_FILL = Opaque(native=sk.masked_fill_native, static=lambda attrs, shapes: NativePlan(
+    (tuple(shapes[1]), tuple(shapes[0])), (tuple(shapes[0]),)))
 
 
 @kernel("masked_fill", kind=_MASKED_FILL)

@@ -24,7 +24,7 @@ from .dispatch import apply, promote_operands
 from .reduction import sum as _sum
 from .registry import formula_helper, get, kernel, op_function
 from .shape import expand, permute
-from .traits import Matmul, Move, Opaque
+from .traits import Matmul, Move, NativePlan, Opaque
 
 __all__ = ["bmm", "det", "diag", "diagonal", "diagonal_backward", "dot", "einsum", "inverse",
            "matmul", "mm", "outer", "slogdet", "trace"]
@@ -245,10 +245,11 @@ def einsum(equation: str, *operands) -> Tensor:
     return acc
 
 
-def _einsum_static(attrs: dict, shapes: tuple) -> tuple:
+def _einsum_static(attrs: dict, shapes: tuple) -> NativePlan:
     lhs, out = attrs["equation"].split("->")
     a_labels, b_labels = lhs.split(",")
-    return blas.einsum_plan(shapes[0], a_labels, shapes[1], b_labels, out)
+    consts, shape = blas.einsum_plan(shapes[0], a_labels, shapes[1], b_labels, out)
+    return NativePlan(consts, (shape,))
 
 
 @kernel("einsum", kind=Opaque(native=blas.einsum_native, static=_einsum_static))
@@ -297,16 +298,16 @@ def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Ten
     return apply(get("diagonal"), (self, int(offset), d1, d2))
 
 
-def _diagonal_backward_static(attrs: dict, shapes: tuple) -> tuple:
+def _diagonal_backward_static(attrs: dict, shapes: tuple) -> NativePlan:
     sizes = tuple(attrs["input_sizes"])
     d1, d2, offset = attrs["dim1"], attrs["dim2"], attrs["offset"]
     strides = tuple(math.prod(sizes[d + 1:]) for d in range(len(sizes)))
     outer = tuple(d for d in range(len(sizes)) if d not in (d1, d2))
     rows, cols = _diag_positions(sizes[d1], sizes[d2], offset)
     r0, c0 = (0, offset) if offset >= 0 else (-offset, 0)
-    return (sizes, tuple(sizes[d] for d in outer) or (1,),
-            tuple(strides[d] for d in outer) or (0,), len(rows), r0, c0, strides[d1],
-            strides[d2])
+    return NativePlan((math.prod(sizes), tuple(sizes[d] for d in outer) or (1,),
+                       tuple(strides[d] for d in outer) or (0,), len(rows), r0, c0,
+                       strides[d1], strides[d2]), (sizes,))
 
 
 _DIAGONAL_BACKWARD = Opaque(native=mk.diagonal_backward_native,
@@ -328,8 +329,17 @@ def diagonal_backward(self: Tensor, input_sizes, offset: int, dim1: int, dim2: i
                  (self, tuple(int(s) for s in input_sizes), int(offset), int(dim1), int(dim2)))
 
 
-_DIAG = Opaque(native=mk.diag_native,
-               static=lambda attrs, shapes: (int(attrs["diagonal"]),))
+def _diag_static(attrs: dict, shapes: tuple) -> NativePlan:
+    shape, k = tuple(shapes[0]), int(attrs["diagonal"])
+    if len(shape) == 1:
+        n = shape[0] + abs(k)
+        return NativePlan((k, 1, shape[0], True), ((n, n),))
+    rows, cols = shape
+    count = max(0, min(rows, cols - k)) if k >= 0 else max(0, min(rows + k, cols))
+    return NativePlan((k, rows, cols, False), ((count,),))
+
+
+_DIAG = Opaque(native=mk.diag_native, static=_diag_static)
 
 
 @kernel("diag", kind=_DIAG)
@@ -346,7 +356,8 @@ def diag(self: Tensor, diagonal: int = 0) -> Tensor:
     return apply(get("diag"), (self, int(diagonal)))
 
 
-_TRACE = Opaque(native=mk.trace_native, static=lambda attrs, shapes: ())
+_TRACE = Opaque(native=mk.trace_native,
+                static=lambda attrs, shapes: NativePlan(tuple(shapes[0]), ((),)))
 
 
 @kernel("trace", kind=_TRACE)

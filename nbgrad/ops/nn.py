@@ -28,7 +28,7 @@ from .dispatch import apply, as_tensor, promote_operands
 from .reduction import sum as _sum
 from .registry import formula_helper, get, kernel, op_function
 from .shape import expand, reshape
-from .traits import Elementwise, Matmul, Opaque
+from .traits import Elementwise, Matmul, NativePlan, Opaque
 
 __all__ = [
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout",
@@ -110,9 +110,9 @@ def gelu(self: Tensor, approximate: str = "none") -> Tensor:
 
 # ------------------------------------------------------------------ softmax
 def _softmax_kind(log: bool) -> Opaque:
-    return Opaque(native=nk.softmax_native, static=lambda attrs, shapes: (
-        *rk.arb_plan(shapes[0], (attrs["dim"],) if shapes[0] else ())[1:4], attrs["dtype"],
-        log))
+    return Opaque(native=nk.softmax_native, static=lambda attrs, shapes: NativePlan(
+        (*rk.arb_plan(shapes[0], (attrs["dim"],) if shapes[0] else ())[1:4], attrs["dtype"],
+         log), (tuple(shapes[0]),)))
 
 
 _SOFTMAX, _LOG_SOFTMAX = _softmax_kind(False), _softmax_kind(True)
@@ -196,10 +196,10 @@ def _loss_shape(reduction: str, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _class_loss_kind(op: str, fused: bool) -> Opaque:
-    def static(attrs: dict, shapes: tuple) -> tuple:
-        return (*_class_layout(shapes[0]), int(attrs["ignore_index"]),
-                float(attrs["label_smoothing"]), _loss_code(attrs["reduction"]),
-                _loss_shape(attrs["reduction"], shapes[1]), fused, op)
+    def static(attrs: dict, shapes: tuple) -> NativePlan:
+        return NativePlan((*_class_layout(shapes[0]), int(attrs["ignore_index"]),
+                           float(attrs["label_smoothing"]), _loss_code(attrs["reduction"]),
+                           fused, op), (_loss_shape(attrs["reduction"], shapes[1]),))
     return Opaque(native=nk.class_loss_native, static=static)
 
 
@@ -218,11 +218,11 @@ def _nll_loss_kernel(logp, target, weight, ignore_index, reduction, label_smooth
                        _class_loss_attrs(ignore_index, reduction, label_smoothing))
 
 
-def _nll_backward_static(attrs: dict, shapes: tuple) -> tuple:
+def _nll_backward_static(attrs: dict, shapes: tuple) -> NativePlan:
     sizes = tuple(attrs["sizes"])
-    return (*_class_layout(sizes), int(attrs["ignore_index"]),
-            float(attrs["label_smoothing"]), _loss_code(attrs["reduction"]), sizes,
-            "nll_loss_backward")
+    return NativePlan((*_class_layout(sizes), int(attrs["ignore_index"]),
+                       float(attrs["label_smoothing"]), _loss_code(attrs["reduction"]),
+                       "nll_loss_backward"), (sizes,))
 
 
 _NLL_BACKWARD = Opaque(native=nk.nll_backward_native, static=_nll_backward_static)
@@ -329,8 +329,9 @@ def cross_entropy(self: Tensor, target: Tensor, weight: Tensor | None = None,
 
 
 # ------------------------------------------------------------------ one_hot
-_ONE_HOT = Opaque(native=nk.one_hot_native,
-                  static=lambda attrs, shapes: (int(attrs["num_classes"]),))
+_ONE_HOT = Opaque(native=nk.one_hot_native, static=lambda attrs, shapes: NativePlan(
+    (int(attrs["num_classes"]), len(shapes[0])),
+    (tuple(shapes[0]) + (int(attrs["num_classes"]),),)))
 
 
 @kernel("one_hot", kind=_ONE_HOT)
@@ -368,10 +369,10 @@ def _pair_loss_args(op: str, self, target, reduction):
 
 
 def _pointwise_kind(squared: bool) -> Opaque:
-    def static(attrs: dict, shapes: tuple) -> tuple:
+    def static(attrs: dict, shapes: tuple) -> NativePlan:
         shape = np.broadcast_shapes(*shapes)
-        return (shape, squared, _loss_code(attrs["reduction"]),
-                _loss_shape(attrs["reduction"], shape))
+        return NativePlan((*map(tuple, shapes), shape, squared, _loss_code(attrs["reduction"])),
+                          (_loss_shape(attrs["reduction"], shape),))
     return Opaque(native=nk.pointwise_loss_native, static=static)
 
 
@@ -423,9 +424,11 @@ def _binary_args(op: str, self, target, weights, reduction):
     return (*out, _reduction(reduction, op))
 
 
-def _binary_static(attrs: dict, shapes: tuple) -> tuple:
-    return (tuple(shapes[0]), _loss_code(attrs["reduction"]),
-            _loss_shape(attrs["reduction"], shapes[0]))
+def _binary_static(attrs: dict, shapes: tuple) -> NativePlan:
+    """The weights' shapes (() when absent), the input's, the reduction."""
+    return NativePlan((*(() if s is None else tuple(s) for s in shapes[2:]), tuple(shapes[0]),
+                       _loss_code(attrs["reduction"])),
+                      (_loss_shape(attrs["reduction"], shapes[0]),))
 
 
 _BCE = Opaque(native=nk.binary_cross_entropy_native, static=_binary_static)
@@ -469,9 +472,10 @@ def binary_cross_entropy_with_logits(self: Tensor, target: Tensor,
 
 
 # ------------------------------------------------------------------ layer_norm
-def _layer_norm_static(attrs: dict, shapes: tuple) -> tuple:
+def _layer_norm_static(attrs: dict, shapes: tuple) -> NativePlan:
     D = math.prod(attrs["normalized_shape"])
-    return (math.prod(shapes[0]) // D if D else 0), D, float(attrs["eps"])
+    return NativePlan(((math.prod(shapes[0]) // D if D else 0), D, float(attrs["eps"])),
+                      (tuple(shapes[0]),))
 
 
 _LAYER_NORM = Opaque(native=nk.layer_norm_native, static=_layer_norm_static)
@@ -556,8 +560,9 @@ def _range_suffix(op: str, n: int, shapes: tuple) -> tuple[str, str]:
             f"weight {tuple(shapes[1])})")
 
 
-_EMBEDDING = Opaque(native=nk.embedding_native, static=lambda attrs, shapes: (
-    tuple(shapes[0]) + tuple(shapes[1][1:]), *_range_suffix("embedding", shapes[1][0], shapes)))
+_EMBEDDING = Opaque(native=nk.embedding_native, static=lambda attrs, shapes: NativePlan(
+    (shapes[1][0], shapes[1][1], *_range_suffix("embedding", shapes[1][0], shapes)),
+    (tuple(shapes[0]) + tuple(shapes[1][1:]),)))
 
 
 @kernel("embedding", kind=_EMBEDDING)
@@ -565,10 +570,10 @@ def _embedding_kernel(indices, weight, padding_idx):
     return call_native(_EMBEDDING, (indices, weight), {"padding_idx": padding_idx})
 
 
-def _embedding_backward_static(attrs: dict, shapes: tuple) -> tuple:
-    n, pad = int(attrs["num_weights"]), attrs["padding_idx"]
-    return (n, -1 if pad is None else int(pad), *_range_suffix(
-        "embedding_backward", n, (shapes[1], (n, shapes[0][-1]))))
+def _embedding_backward_static(attrs: dict, shapes: tuple) -> NativePlan:
+    n, pad, dim = int(attrs["num_weights"]), attrs["padding_idx"], shapes[0][-1]
+    return NativePlan((n, dim, -1 if pad is None else int(pad), *_range_suffix(
+        "embedding_backward", n, (shapes[1], (n, dim)))), ((n, dim),))
 
 
 _EMBEDDING_BACKWARD = Opaque(native=nk.embedding_backward_native,

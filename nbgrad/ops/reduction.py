@@ -27,7 +27,7 @@ from .dispatch import apply, as_tensor, promote_operands
 from .elementwise import maximum, minimum
 from .registry import formula_helper, get, kernel, op_function
 from .shape import reshape
-from .traits import Broadcast, Opaque, Reduction
+from .traits import Broadcast, NativePlan, Opaque, Reduction
 
 __all__ = [
     "amax", "amin", "argmax", "argmin", "cumprod", "cumsum", "logsumexp", "max", "mean",
@@ -224,22 +224,32 @@ def sum_backward(self: Tensor, sizes, dim=None, keepdim: bool = False) -> Tensor
 _PROD = get("prod")
 
 
-def _plan(op: str, nonempty: bool = False):
-    """The static of a reduction native: the (A, R, B) plan of ``attrs["dim"]`` (all
-    dims for an op without one); ``nonempty``: a zero-size reduction raises."""
-    def static(attrs: dict, shapes: tuple) -> tuple:
+def _arb(shape: tuple, dims: tuple, keepdim: bool, outputs: int = 1) -> NativePlan:
+    """The plan of a reduction native over ``dims`` of ``shape``: ``(shape, perm, A, R,
+    B)`` (:func:`~nbgrad.kernels.reduction.arb_plan`), ``outputs`` results."""
+    perm, A, R, B, out_shape = rk.arb_plan(shape, dims, keepdim)
+    return NativePlan((tuple(shape), perm or (), A, R, B), (out_shape,) * outputs)
+
+
+def _plan(op: str, nonempty: bool = False, outputs: int = 1):
+    """The static of a reduction native: the plan of ``attrs["dim"]`` (all dims for an
+    op without one); ``nonempty``: a zero-size reduction raises."""
+    def static(attrs: dict, shapes: tuple) -> NativePlan:
         shape = shapes[0]
         dims = rk.normalize_dims(attrs.get("dim"), len(shape), op)
         if nonempty:
             _nonempty_shape(shape, dims, op)
-        return rk.arb_plan(shape, dims, attrs.get("keepdim", False))
+        return _arb(shape, dims, attrs.get("keepdim", False), outputs)
     return static
 
 
 def _with(static, *names: str, **constants):
-    """``static``'s constants followed by the attributes ``names`` and ``constants``."""
-    return lambda attrs, shapes: (*static(attrs, shapes), *(attrs[n] for n in names),
-                                  *constants.values())
+    """``static``'s plan with the attributes ``names`` and ``constants`` appended."""
+    def plan(attrs: dict, shapes: tuple) -> NativePlan:
+        p = static(attrs, shapes)
+        return NativePlan((*p.consts, *(attrs[n] for n in names), *constants.values()),
+                          p.shapes)
+    return plan
 
 
 _PROD_KIND = Opaque(native=rk.prod_native, static=_with(_plan("prod"), "dtype"))
@@ -278,7 +288,9 @@ def prod(self: Tensor, dim=None, keepdim: bool = False, dtype=None, *, axis=None
 
 # ------------------------------------------------------------------ max, min, amax, amin
 def _extreme_kind(native, op: str, is_max: bool) -> Opaque:
-    return Opaque(native=native, static=_with(_plan(op, nonempty=True), is_max=is_max))
+    outputs = 2 if native is rk.extreme_dim_native else 1
+    return Opaque(native=native,
+                  static=_with(_plan(op, nonempty=True, outputs=outputs), is_max=is_max))
 
 
 _EXTREMES = {name: _extreme_kind(native, op, is_max) for name, native, op, is_max in [
@@ -421,8 +433,9 @@ def argmin(self: Tensor, dim=None, keepdim: bool = False, *, axis=None) -> Tenso
 # ------------------------------------------------------------------ var, std
 def _variance_kind(op: str, root: bool) -> Opaque:
     plan = _plan(op)
-    return Opaque(native=rk.variance_native, static=lambda attrs, shapes: (
-        *plan(attrs, shapes), float(attrs["correction"]), root))
+    return Opaque(native=rk.variance_native, static=lambda attrs, shapes: NativePlan(
+        (*plan(attrs, shapes).consts, float(attrs["correction"]), root),
+        plan(attrs, shapes).shapes))
 
 
 _VAR, _STD = _variance_kind("var", False), _variance_kind("std", True)
@@ -492,7 +505,8 @@ def _norm_static(attrs: dict, shapes: tuple) -> tuple:
                                                                 if d < len(shape))):
         raise IndexError(f"norm: the infinity norm of a zero-size reduction is undefined "
                          f"(shape {shape}, dims {dims})")
-    return (*rk.arb_plan(shape, dims, attrs["keepdim"]), p, attrs["dtype"])
+    plan = _arb(shape, dims, attrs["keepdim"])
+    return NativePlan((*plan.consts, p, attrs["dtype"]), plan.shapes)
 
 
 _NORM = Opaque(native=rk.norm_native, static=_norm_static)
@@ -528,8 +542,8 @@ def _along(attrs: dict, shape: tuple[int, ...]) -> tuple[int, int, int]:
 
 
 def _cumulative_kind(product: bool) -> Opaque:
-    return Opaque(native=rk.cumulative_native, static=lambda attrs, shapes: (
-        *_along(attrs, shapes[0]), attrs["dtype"], product))
+    return Opaque(native=rk.cumulative_native, static=lambda attrs, shapes: NativePlan(
+        (*_along(attrs, shapes[0]), attrs["dtype"], product), (shapes[0],)))
 
 
 _CUMSUM, _CUMPROD = _cumulative_kind(False), _cumulative_kind(True)
@@ -567,9 +581,10 @@ def cumprod(self: Tensor, dim: int | None = None, *, dtype=None, axis=None) -> T
     return apply(get("cumprod"), (self, dim, dtypes.as_dtype(dtype) if dtype else None))
 
 
-def _scan_static(attrs: dict, shapes: tuple) -> tuple:
+def _scan_static(attrs: dict, shapes: tuple) -> NativePlan:
     shape = np.broadcast_shapes(*shapes)
-    return (shape, *_along(attrs, shape), bool(attrs["reverse"]))
+    return NativePlan((*shapes, shape, *_along(attrs, shape), bool(attrs["reverse"])),
+                      (shape,))
 
 
 _SCAN = Opaque(native=rk.scan_native, static=_scan_static)
@@ -593,8 +608,8 @@ def scan(self: Tensor, coef: Tensor, dim: int, reverse: bool = False) -> Tensor:
     return apply(get("scan"), (b, a, _one_dim(dim, len(shape), "scan"), bool(reverse)))
 
 
-_SHIFT = Opaque(native=rk.shift_native, static=lambda attrs, shapes: (
-    *_along(attrs, shapes[0]), int(attrs["offset"]), float(attrs["fill"])))
+_SHIFT = Opaque(native=rk.shift_native, static=lambda attrs, shapes: NativePlan(
+    (*_along(attrs, shapes[0]), int(attrs["offset"]), float(attrs["fill"])), (shapes[0],)))
 
 
 @kernel("shift_along", kind=_SHIFT)
@@ -613,12 +628,13 @@ def shift_along(self: Tensor, dim: int, offset: int, fill: float = 0.0) -> Tenso
 
 # ------------------------------------------------------------------ sort, topk
 def _sorted_kind(op: str) -> Opaque:
-    def static(attrs: dict, shapes: tuple) -> tuple:
+    def static(attrs: dict, shapes: tuple) -> NativePlan:
         shape, dim = tuple(shapes[0]), attrs["dim"]
         A, R, B = _along(attrs, shape)
         k = R if op == "sort" or not shape else int(attrs["k"])
         out_shape = shape[:dim] + (k,) + shape[dim + 1:] if shape else ()
-        return A, R, B, k, bool(attrs["descending" if op == "sort" else "largest"]), out_shape
+        return NativePlan((A, R, B, k, bool(attrs["descending" if op == "sort" else
+                                                     "largest"])), (out_shape,) * 2)
     return Opaque(native=rk.sorted_native, static=static)
 
 

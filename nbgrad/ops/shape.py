@@ -19,7 +19,7 @@ from ..tensor import Tensor
 from .convert import to_dtype
 from .dispatch import apply, as_tensor, promote_operands
 from .registry import formula_helper, get, kernel, op_function
-from .traits import Broadcast, Fill, Join, Move, Opaque, Permute, View
+from .traits import Broadcast, Fill, Join, Move, NativePlan, Opaque, Permute, View
 
 __all__ = [
     "broadcast_tensors",
@@ -564,10 +564,10 @@ def _check_matrix(self: Tensor, op: str) -> None:
 
 
 def _triangle_kind(lower: bool) -> Opaque:
-    def static(attrs: dict, shapes: tuple) -> tuple:
-        shape = shapes[0]
-        return (int(attrs["diagonal"]), lower,
-                (math.prod(shape[:-2]), *shape[-2:]))
+    def static(attrs: dict, shapes: tuple) -> NativePlan:
+        shape = tuple(shapes[0])
+        return NativePlan((int(attrs["diagonal"]), lower,
+                           (math.prod(shape[:-2]), *shape[-2:])), (shape,))
     return Opaque(native=mk.triangle_native, static=static)
 
 
@@ -613,7 +613,7 @@ def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(math.prod(shape[d + 1:]) for d in range(len(shape)))
 
 
-def _pad_static(attrs: dict, shapes: tuple) -> tuple:
+def _pad_static(attrs: dict, shapes: tuple) -> NativePlan:
     """``pad_native``'s constants: the output shape and the block of the input it holds."""
     if attrs["mode"] != "constant":
         raise RuntimeError(f"pad: the kernel only pads in constant mode, got {attrs['mode']!r}")
@@ -626,9 +626,9 @@ def _pad_static(attrs: dict, shapes: tuple) -> tuple:
         src[d], dst[d] = max(-lo, 0), max(lo, 0)
         extent[d] = max(n - max(-lo, 0) - max(-hi, 0), 0)
     value = attrs["value"]
-    return (tuple(out), tuple(extent) or (1,), tuple(src) or (0,), tuple(dst) or (0,),
-            _strides(shape) or (1,), _strides(tuple(out)) or (1,),
-            0.0 if value is None else float(value))
+    return NativePlan((math.prod(out), tuple(extent) or (1,), tuple(src) or (0,),
+                       tuple(dst) or (0,), _strides(shape) or (1,), _strides(tuple(out)) or (1,),
+                       0.0 if value is None else float(value)), (tuple(out),))
 
 
 _PAD = Opaque(native=mk.pad_native, static=_pad_static)

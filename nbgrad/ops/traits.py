@@ -138,22 +138,42 @@ class IndexScatter(Kind):
 
 
 @dataclass(frozen=True)
+class NativePlan:
+    """How an opaque op's native is called for some attributes and shapes (what
+    :attr:`Opaque.static` returns).
+
+    The native takes every tensor argument *flat* (1-D, C order; a tensor list as a tuple
+    of them; an absent optional tensor as an empty array of the first tensor's dtype),
+    then ``consts`` (numbers, bools, strings, dtypes or None; a tuple of ints is passed as
+    a 1-D int64 array), and returns its outputs flat, which the caller reshapes to
+    ``shapes`` (one per output). Ranks and shapes are values, not types, so a native
+    compiles once per dtype rather than once per rank.
+    """
+
+    consts: tuple
+    shapes: tuple[Shape, ...]
+
+
+@dataclass(frozen=True)
 class Opaque(Kind):
     """Any other op: its kernel runs as is.
 
-    ``native``: an ``@njit`` function generated code may call with the op's tensor
-    arguments (C-contiguous arrays, in table order; ``None`` for an absent optional
-    tensor) followed by the constants ``static(attrs, shapes)`` (``shapes``: the tensor
-    arguments' shapes; by default the non-tensor arguments in table order), returning
-    what the kernel returns (an array or a tuple of arrays). Without one,
-    ``why_not_native`` says why the op cannot run natively (tier 1 runs it as an eager
-    step, tier 2 through ``objmode``; the reason is shown in ``compiled.source()``).
+    ``native``: an ``@njit`` function that generated code and the op's CPU kernel call
+    as :class:`NativePlan` says, with the plan ``static(attrs, shapes)`` (``shapes``: the
+    tensor arguments' shapes, None for an absent one). Without one, ``why_not_native``
+    says why the op cannot run natively (tier 1 runs it as an eager step, tier 2 through
+    ``objmode``; the reason is shown in ``compiled.source()``).
     """
 
     native: Callable | None = None
-    static: Callable[[Attrs, tuple[Shape | None, ...]], tuple] | None = None
+    static: Callable[[Attrs, tuple[Shape | None, ...]], NativePlan] | None = None
     why_not_native: str | None = None
     label = "opaque"
+
+    def __post_init__(self) -> None:
+        if self.native is not None and self.static is None:
+            raise TypeError(f"Opaque: native {getattr(self.native, '__name__', self.native)} "
+                            "needs a static(attrs, shapes) returning its NativePlan")
 
 
 OPAQUE = Opaque()

@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from ...ops.registry import REGISTRY
-from ...ops.traits import Opaque
+from ...ops.traits import NativePlan, Opaque
 from ..trace.ir import Node, Var, node_args
 from .store import Scope, Store, _contiguous, cast, literal, np_type
 
@@ -90,7 +90,7 @@ def affine_text(off: int, steps: tuple[int, ...]) -> str:
     return text or "0"
 
 
-def const_text(value) -> str:
+def const_text(value, array: bool = False) -> str:
     """Source text of a constant argument of a native call.
 
     Integers and booleans are written as ``np.int64(3)``/``np.bool_(True)``: a bare
@@ -107,6 +107,9 @@ def const_text(value) -> str:
     if isinstance(value, str):
         return repr(value)
     if isinstance(value, (tuple, list)):
+        if array:  # a NativePlan's tuple: an int64 array, whatever its length
+            return (f"np.array([{', '.join(str(int(v)) for v in value)}], np.int64)"
+                    if value else "np.empty(0, np.int64)")
         return "(" + "".join(f"{const_text(v)}, " for v in value).rstrip(" ") + ")"
     if isinstance(value, np.dtype) or (isinstance(value, type) and
                                        issubclass(value, np.generic)):
@@ -300,33 +303,52 @@ class MovesEmitter:
             self.gather(y, pos, src, x.dtype, scope)
 
     # ------------------------------------------------------------------ natives
-    def native_consts(self, node: Node, kind: Opaque) -> tuple:
-        """The constant arguments of ``node``'s native call (raises NotNative)."""
-        op = REGISTRY[node.op]
+    def native_plan(self, node: Node, kind: Opaque) -> NativePlan:
+        """The :class:`~nbgrad.ops.traits.NativePlan` of ``node``'s native call (raises
+        NotNative)."""
         shapes = tuple(None if v is None else v.shape for v in node.inputs)
-        if kind.static is not None:
-            try:
-                consts = tuple(kind.static(node.attrs, shapes))
-            except Exception as exc:  # noqa: BLE001 - any refusal: the kernel runs instead
-                raise NotNative(f"its static() refused these arguments ({exc})") from None
-        else:
-            consts = tuple(node.attrs[p.name] for p in op.params
-                           if not (p.is_tensor or p.is_tensor_list))
-        return consts
+        try:
+            return kind.static(node.attrs, shapes)
+        except Exception as exc:  # noqa: BLE001 - any refusal: the kernel runs instead
+            raise NotNative(f"its static() refused these arguments ({exc})") from None
 
     def emit_native(self, node: Node, scope: Scope, kind: Opaque) -> None:
-        """``outs = native(arrays..., constants...)``: a direct call."""
-        consts = [const_text(c) for c in self.native_consts(node, kind)]
+        """``outs = native(flat arrays..., constants...)``: a direct call (see
+        :class:`~nbgrad.ops.traits.NativePlan`), its flat results reshaped."""
+        plan = self.native_plan(node, kind)
+        consts = [const_text(c, array=True) for c in plan.consts]
         op = REGISTRY[node.op]
+        like = next(v for v in node.inputs if v is not None).dtype
         args: list[str] = []
         it = iter(node.inputs)
         for p in op.params:
             if p.is_tensor:
-                args.append(self.native_array(next(it), scope))
+                v = next(it)
+                args.append(f"np.empty(0, {np_type(like)})" if v is None else
+                            f"{self.native_array(v, scope)}.reshape(-1)")
             elif p.is_tensor_list:
-                items = [self.native_array(next(it), scope)
+                items = [f"{self.native_array(next(it), scope)}.reshape(-1)"
                          for _ in range(node.attrs["#" + p.name])]
                 args.append("(" + "".join(f"{a}, " for a in items).rstrip(" ") + ")")
+        res = self.call_native_fn(node, kind, args + consts)
+        results = [res] if len(node.outputs) == 1 else \
+            [f"{res}[{k}]" for k in range(len(node.outputs))]
+        for r, v, shape in zip(results, node.outputs, plan.shapes, strict=True):
+            if tuple(shape) != tuple(v.shape):
+                raise NotNative(f"its plan gives output shape {tuple(shape)}, the trace "
+                                f"{tuple(v.shape)}")
+            if v.shape == ():
+                o = self.define_scalar(v, scope)
+                self.line(f"{o.name} = {np_type(v.dtype)}({r}[0])")
+                continue
+            name = self.fresh_name(f"v{self.num(v)}")
+            # its dtype as traced (a no-op when the native returns it)
+            self.line(f"{name} = np.asarray({r}, {np_type(v.dtype)})"
+                      f".reshape({const_text(tuple(v.shape))})")
+            scope.stores[id(v)] = Store(name, "array", v.shape, v.dtype)
+
+    def call_native_fn(self, node: Node, kind: Opaque, args: list[str]) -> str:
+        """``r = native(args)``; returns the result's name."""
         fn = kind.native
         key = next((k for k, f in self.natives if f is fn), None)
         if key is None:
@@ -335,18 +357,8 @@ class MovesEmitter:
         self.line(f"# {self.comment_node(node)}  [native: "
                   f"{getattr(fn, '__qualname__', node.op)}]")
         res = self.fresh_name(f"r{self.num(node.outputs[0])}")
-        self.line(f"{res} = {key}({', '.join(args + consts)})")
-        results = [res] if len(node.outputs) == 1 else \
-            [f"{res}[{k}]" for k in range(len(node.outputs))]
-        for r, v in zip(results, node.outputs, strict=True):
-            if v.shape == ():
-                o = self.define_scalar(v, scope)
-                self.line(f"{o.name} = np.asarray({r}, {np_type(v.dtype)})[()]")
-                continue
-            name = self.fresh_name(f"v{self.num(v)}")
-            # its dtype as traced (a no-op when the native returns it)
-            self.line(f"{name} = np.asarray({r}, {np_type(v.dtype)})")
-            scope.stores[id(v)] = Store(name, "array", v.shape, v.dtype)
+        self.line(f"{res} = {key}({', '.join(args)})")
+        return res
 
     def native_array(self, v: Var | None, scope: Scope) -> str:
         """A tensor argument of a native call: a C-contiguous array (None if absent)."""

@@ -88,7 +88,8 @@ class Mismatch:
             lines[2] += (f" (shrunk from the {self.shrunk_from} nodes of seed "
                          f"{self.program.seed}'s program to {len(self.program.nodes)})")
         if mode:
-            promote = ("  # mode='auto' promotes after 20 calls: call it 20 times, then "
+            promote = ("  # mode='auto' promotes a hot graph: set "
+                       "nbgrad.jit.program.PROMOTE_SECONDS = 0, call it 3 times, then "
                        "nbgrad.jit.program.wait_for_promotions()") if mode == "auto" else ""
             lines += ["nb.jit.set_promotion_check(False)",
                       f"jf = nb.jit(f, mode={mode!r}){promote}",
@@ -328,12 +329,17 @@ def run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor:
         warnings.simplefilter("ignore")
         try:
             if executor == "auto":
-                from ...jit.program import PROMOTE_AFTER, wait_for_promotions
-                for _ in range(PROMOTE_AFTER + 2):  # until the promotion starts
-                    _run(jitted, programs, [inputs(p, 1) for p in programs])
-                    if any(e.tier != "interpret" for e in jitted._cache.values()):
-                        break
-                wait_for_promotions(300)
+                from ...jit import program as tiers
+                # promote by calls alone: the fuzzer's graphs run too briefly to be hot
+                seconds, tiers.PROMOTE_SECONDS = tiers.PROMOTE_SECONDS, 0.0
+                try:
+                    for _ in range(tiers.PROMOTE_AFTER + 2):  # until the promotion starts
+                        _run(jitted, programs, [inputs(p, 1) for p in programs])
+                        if any(e.tier != "interpret" for e in jitted._cache.values()):
+                            break
+                finally:
+                    tiers.PROMOTE_SECONDS = seconds
+                tiers.wait_for_promotions(300)
             for call in range(1, CALLS + 1):
                 got = _run(jitted, programs, [inputs(p, call) for p in programs])
                 for g, ref, p in zip(got, refs, programs, strict=True):

@@ -7,6 +7,8 @@ compiler (``nbgrad.jit``) that runs whole forward and backward graphs natively.
 
 from __future__ import annotations
 
+import importlib
+
 from . import (
     autograd,
     cache_guard,
@@ -43,3 +45,17 @@ from .version import __version__
 bool = bool_  # noqa: A001 - torch's name for the dtype
 
 cache_guard.install()  # before any kernel loads from Numba's disk cache
+
+#: subpackages imported on first use (``nbgrad.nn.functional.pad(...)`` right after
+#: ``import nbgrad``), so that ``import nbgrad`` does not pay for them
+_LAZY = ("nn", "optim", "special", "fft")
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -113,17 +113,22 @@ def full(size, fill_value, dtype: Any = None, requires_grad: bool = False,
     return _make(np.full(shape, fill_value, _dt(dtype, default)), requires_grad, device)
 
 
-def _like(t: Tensor, value: float, dtype: Any, requires_grad: bool) -> Tensor:
+def _like(t: Tensor, value: float, dtype: Any, requires_grad: bool, device: Any) -> Tensor:
     dt = _dt(dtype, t.dtype)
-    return _make(np.full(t.shape, value, dt), requires_grad, t.device)
+    return _make(np.full(t.shape, value, dt), requires_grad,
+                 t.device if device is None else device)
 
 
-def full_like(t: Tensor, fill_value, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return _like(t, fill_value, dtype, requires_grad)
+def full_like(t: Tensor, fill_value, dtype: Any = None, requires_grad: bool = False, *,
+              device: Any = None) -> Tensor:
+    """``fill_value`` in the shape (and dtype and device) of ``t``."""
+    return _like(t, fill_value, dtype, requires_grad, device)
 
 
-def empty_like(t: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return _like(t, 0, dtype, requires_grad)
+def empty_like(t: Tensor, dtype: Any = None, requires_grad: bool = False, *,
+               device: Any = None) -> Tensor:
+    """A tensor of the shape (and dtype and device) of ``t`` (zeros)."""
+    return _like(t, 0, dtype, requires_grad, device)
 
 
 def arange(start, end=None, step=1, dtype: Any = None, requires_grad: bool = False,

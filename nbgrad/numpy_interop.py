@@ -39,24 +39,6 @@ class Unsupported(Exception):
 
 
 # ------------------------------------------------------------------ ufuncs
-def _isnan(x) -> Tensor:
-    """``x != x`` (an ordered comparison is never true of NaN)."""
-    t = _t(x)
-    return ops.ne(t, t) if t.dtype.kind == "f" else ops.zeros_like(t, dtype=dtypes.bool_)
-
-
-def _isfinite(x) -> Tensor:
-    """``x - x == 0`` (NaN for infinities and NaN)."""
-    t = _t(x)
-    return ops.eq(ops.sub(t, t), 0.0) if t.dtype.kind == "f" \
-        else ops.ones_like(t, dtype=dtypes.bool_)
-
-
-def _isinf(x) -> Tensor:
-    t = _t(x)
-    return ops.logical_and(ops.eq(t, t), ops.logical_not(_isfinite(t)))
-
-
 #: NumPy ufunc -> the nbgrad function computing ``ufunc(*inputs)``
 UFUNCS: dict[np.ufunc, Callable] = {
     np.add: ops.add, np.subtract: ops.sub, np.multiply: ops.mul, np.divide: ops.div,
@@ -76,14 +58,19 @@ UFUNCS: dict[np.ufunc, Callable] = {
     np.greater: ops.gt, np.greater_equal: ops.ge,
     np.logical_and: ops.logical_and, np.logical_or: ops.logical_or,
     np.logical_xor: ops.logical_xor, np.logical_not: ops.logical_not,
-    np.matmul: ops.matmul, np.isnan: _isnan, np.isfinite: _isfinite, np.isinf: _isinf,
+    np.matmul: ops.matmul, np.isnan: ops.isnan, np.isfinite: ops.isfinite,
+    np.isinf: ops.isinf,
+    np.logaddexp: ops.logaddexp, np.logaddexp2: ops.logaddexp2, np.exp2: ops.exp2,
+    np.fmax: ops.fmax, np.fmin: ops.fmin, np.heaviside: ops.heaviside,
+    np.float_power: ops.float_power,
 }
 
 
 def _scipy_ufuncs() -> dict:
     """SciPy's special functions that are ufuncs nbgrad has ops for."""
     return {sp.erf: ops.erf, sp.erfc: ops.erfc, sp.gammaln: ops.lgamma,
-            sp.psi: ops.digamma, sp.expit: ops.sigmoid}
+            sp.psi: ops.digamma, sp.expit: ops.sigmoid, sp.logit: ops.logit,
+            sp.xlogy: ops.xlogy, sp.xlog1py: ops.xlog1py, sp.exp2: ops.exp2}
 
 
 UFUNCS.update(_scipy_ufuncs())
@@ -133,15 +120,13 @@ FUNCTIONS: dict[Callable, Callable] = {}
 
 #: hints for NumPy callables nbgrad does not implement (named in the TypeError)
 ALTERNATIVES: dict[str, str] = {
-    "numpy.logaddexp": "nbgrad.logsumexp(nbgrad.stack([a, b]), 0)",
-    "numpy.fmax": "nbgrad.maximum", "numpy.fmin": "nbgrad.minimum",
-    "numpy.fabs": "nbgrad.abs", "numpy.float_power": "nbgrad.pow",
+    "numpy.fabs": "nbgrad.abs",
     "numpy.repeat": "nbgrad.index with repeated indices",
     "numpy.add.at": "Tensor.index_put_(..., accumulate=True) or nbgrad.scatter_add",
     "numpy.linalg.eigh": "none (nbgrad has no eigendecomposition)",
     "numpy.linalg.svd": "none (nbgrad has no SVD)",
     "numpy.linalg.pinv": "nbgrad.linalg.solve or nbgrad.linalg.inv",
-    "numpy.tensordot": "nbgrad.einsum", "numpy.inner": "nbgrad.einsum",
+    "numpy.tensordot": "nbgrad.tensordot", "numpy.inner": "nbgrad.inner",
     "numpy.vdot": "nbgrad.dot on flattened tensors",
     "numpy.isclose": "nbgrad.abs(a - b) <= atol + rtol * nbgrad.abs(b)",
     "numpy.allclose": "np.allclose(np.asarray(t.detach()), ...)",
@@ -402,6 +387,10 @@ def _scan_function(fn: Callable) -> Callable:
 
 
 FUNCTIONS[np.cumsum] = _scan_function(ops.cumsum)
+FUNCTIONS[np.isposinf] = lambda x, out=None: ops.isposinf(_t(x)) if out is None else \
+    _plain(out=out)
+FUNCTIONS[np.isneginf] = lambda x, out=None: ops.isneginf(_t(x)) if out is None else \
+    _plain(out=out)
 FUNCTIONS[np.cumprod] = _scan_function(ops.cumprod)
 
 

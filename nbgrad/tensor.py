@@ -359,6 +359,12 @@ class Tensor:
     def long(self) -> Tensor:
         return self.to(dtypes.int64)
 
+    def int(self) -> Tensor:
+        return self.to(dtypes.int32)
+
+    def bool(self) -> Tensor:
+        return self.to(dtypes.bool_)
+
     def type_as(self, other: Tensor) -> Tensor:
         return self.to(other.dtype)
 
@@ -431,6 +437,15 @@ class Tensor:
 
     def __xor__(self, other):
         return _OPS.logical_xor(self, other)
+
+    def __rand__(self, other):  # True & t
+        return _OPS.logical_and(other, self)
+
+    def __ror__(self, other):
+        return _OPS.logical_or(other, self)
+
+    def __rxor__(self, other):
+        return _OPS.logical_xor(other, self)
 
     def __eq__(self, other):  # type: ignore[override]
         return _OPS.eq(self, other)

@@ -202,8 +202,10 @@ def test_index_tensor_errors():
         nb.index_select(x, 0, nb.tensor([[0]]))
     with pytest.raises(TypeError, match="masked_fill: mask must be a bool tensor"):
         nb.masked_fill(x, nb.tensor([1, 0, 1, 0]), 1.0)
-    with pytest.raises(RuntimeError, match="masked_fill: mask of shape"):
-        nb.masked_fill(x, nb.tensor(np.ones((2, 3, 4), bool)), 1.0)
+    with pytest.raises(RuntimeError, match="masked_fill: mask of shape .* do not broadcast"):
+        nb.masked_fill(x, nb.tensor(np.ones((2, 3, 5), bool)), 1.0)
+    assert nb.masked_fill(x, nb.tensor(np.ones((2,) + tuple(x.shape), bool)), 1.0).shape == \
+        (2,) + tuple(x.shape)  # self broadcasts to the mask (issue 14)
     with pytest.raises(RuntimeError, match="masked_fill: value must be a number"):
         nb.masked_fill(x, nb.tensor(np.ones(4, bool)), _t([1.0, 2.0]))
     with pytest.raises(IndexError, match="gather: dim 2 is out of range"):

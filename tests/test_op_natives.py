@@ -1,13 +1,14 @@
-"""Opaque ops' natives: every one declares a native ``@njit`` function or why it has none,
-and the native, called from ``@njit`` code as generated code calls it (C-contiguous
-arrays, then ``kind.static(attrs, shapes)``), gives what the op's CPU kernel gives on
-every sample of the op's record."""
+"""Opaque ops' natives: every one declares a native ``@njit`` function or why it has none;
+the native, called with the arguments generated code passes (``NativePlan``: flat arrays,
+then the plan's constants), gives what the op's CPU kernel gives on every sample of the
+op's record (``tests/test_tier2_kinds.py`` runs them from generated code); and each
+compiles once per dtype."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from numba import njit, types
+from numba import types
 
 import nbgrad as nb
 from nbgrad.kernels.layout import native_const
@@ -58,20 +59,6 @@ def _kernel_calls(name: str, sample) -> list[tuple[tuple, object]]:
     return calls
 
 
-_WRAPPERS: dict = {}
-
-
-def _njit_caller(native, n_args: int):
-    """An ``@njit`` function calling ``native`` with its ``n_args`` arguments."""
-    key = (native, n_args)
-    if key not in _WRAPPERS:
-        names = ", ".join(f"a{i}" for i in range(n_args))
-        scope = {"native": native}
-        exec(f"def call({names}):\n    return native({names})\n", scope)  # noqa: S102
-        _WRAPPERS[key] = njit(scope["call"])
-    return _WRAPPERS[key]
-
-
 def _native_result(op, args: tuple):
     """The native's result on a kernel call's arguments, as generated code calls it (see
     ``NativePlan``): each tensor flat, a tensor list as a tuple, an absent tensor empty,
@@ -96,8 +83,7 @@ def _native_result(op, args: tuple):
             return tuple(flat(b) for b in a)
         return np.array(a, order="C", copy=True).reshape(-1)
     consts = tuple(native_const(c) for c in plan.consts)
-    out = _njit_caller(kind.native, len(arrays) + len(consts))(
-        *(flat(a) for a in arrays), *consts)
+    out = kind.native(*(flat(a) for a in arrays), *consts)  # as generated code passes them
     if len(plan.shapes) == 1:
         return out.reshape(plan.shapes[0])
     return tuple(o.reshape(s) for o, s in zip(out, plan.shapes, strict=True))

@@ -32,10 +32,14 @@ def _seed(name: str) -> int:
     return sum(ord(c) * 31 ** i for i, c in enumerate(name)) % 2**32
 
 
+#: ops compiled together in one tier-2 graph (a compile per op cost minutes on a cold cache)
+CHUNK = 8
+
+
 def _cases(predicate):
     """Every op ``predicate`` selects, with all its samples (one per elementwise op: they
-    share one rule, the scalar expression)."""
-    cases = []
+    share one rule, the scalar expression), in chunks of :data:`CHUNK` ops."""
+    ops = []
     for name in sorted(RECORDS):
         rec = RECORDS[name]
         if name not in REGISTRY or not rec.jit or not predicate(name):
@@ -43,48 +47,58 @@ def _cases(predicate):
         samples = rec.samples(np.random.default_rng(_seed(name)))
         if isinstance(REGISTRY[name].kind, Elementwise):
             samples = samples[:1]
-        cases.append(pytest.param(rec, samples, id=name))
-    return cases
+        ops.append((rec, samples))
+    return [pytest.param(ops[k:k + CHUNK], id=f"{ops[k][0].name}..{ops[k + CHUNK - 1][0].name}"
+                         if k + CHUNK <= len(ops) else f"{ops[k][0].name}..")
+            for k in range(0, len(ops), CHUNK)]
 
 
 def _outputs(result):
     return result if isinstance(result, tuple) else (result,)
 
 
-def _compiled(rec, samples):
-    """(source, outputs, eager outputs) of the record's op on every sample, jitted with
-    tier 2 as one graph (one compile per op, not per sample)."""
-    calls = [float_tensor_call(rec, sample) for sample in samples]
-    tensors = [t for _, ts in calls for t in ts]
-    sizes = [len(ts) for _, ts in calls]
+def _compiled(chunk):
+    """(source, outputs, eager outputs, the op of each output) of every sample of the
+    chunk's ops, jitted with tier 2 as one graph."""
+    calls = [(rec.name, *float_tensor_call(rec, sample))
+             for rec, samples in chunk for sample in samples]
+    tensors = [t for _, _, ts in calls for t in ts]
+    sizes = [len(ts) for _, _, ts in calls]
+    owners: list[str] = []
 
     def every_sample(*ts):
         outs, k = [], 0
-        for (call, _), n in zip(calls, sizes, strict=True):
-            outs += _outputs(call(*ts[k:k + n]))
+        owners.clear()
+        for (name, call, _), n in zip(calls, sizes, strict=True):
+            res = _outputs(call(*ts[k:k + n]))
+            outs += res
+            owners.extend([name] * len(res))
             k += n
         return tuple(outs)
 
     want = every_sample(*tensors)
     jitted = nb.jit(every_sample, mode="compile")
     got = _outputs(jitted(*tensors))
-    return jitted.source(*tensors), got, want
+    return jitted.source(*tensors), got, want, list(owners)
 
 
-@pytest.mark.parametrize(("rec", "samples"), _cases(_native_kind))
-def test_ops_of_native_kinds_never_reach_objmode(rec, samples):
+@pytest.mark.parametrize("chunk", _cases(_native_kind))
+def test_ops_of_native_kinds_never_reach_objmode(chunk):
     """Every sample of every op whose kind tier 2 lowers (and of every opaque op with a
     native) runs in generated code without objmode, equal to eager."""
-    src, got, want = _compiled(rec, samples)
-    assert HEADER in src, f"{rec.name}: tier 2 refused the graph"
-    assert "objmode(" not in src.split("def run_graph", 1)[1], \
-        f"{rec.name} ({type(REGISTRY[rec.name].kind).__name__}) went through objmode"
+    src, got, want, owners = _compiled(chunk)
+    names = [rec.name for rec, _ in chunk]
+    assert HEADER in src, f"tier 2 refused the graph of {names}"
+    body = src.split("def run_graph", 1)[1]
+    objmode = [line for line in body.splitlines() if "objmode(" in line]
+    assert not objmode, f"objmode in the graph of {names}: {objmode}"
     assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert isinstance(g, nb.Tensor) == isinstance(w, nb.Tensor)
+    for g, w, name in zip(got, want, owners, strict=True):
+        assert isinstance(g, nb.Tensor) == isinstance(w, nb.Tensor), name
         if isinstance(w, nb.Tensor):
-            assert g.dtype == w.dtype and g.shape == w.shape
-            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-12, atol=1e-14)
+            assert g.dtype == w.dtype and g.shape == w.shape, name
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-12, atol=1e-14,
+                                       err_msg=name)
 
 
 # ------------------------------------------------------------------ opaque ops
@@ -170,10 +184,10 @@ def _op(name):
         tuple(shapes[0]), ((shapes[0][0],),) * 2), lambda x, y: _op("max_dim")(x, 1),
      "(v0.reshape(-1), np.int64(3), np.int64(4))"),
     ("mse_loss", _mse, lambda attrs, shapes: NativePlan((attrs["reduction"],), ((),)),
-     lambda x, y: _op("mse_loss")(x, y) * 3, "(v0.reshape(-1), v1.reshape(-1), 'mean')"),
+     lambda x, y: _op("mse_loss")(x, y) * 3, "(v0.reshape(-1), v1.reshape(-1), str('mean'))"),
     ("mse_loss", _mse, lambda attrs, shapes: NativePlan((attrs["reduction"],), ((),)),
      lambda x, y: _op("mse_loss")(x.T, y.T, "sum"),
-     "(np.ascontiguousarray(v2).reshape(-1), np.ascontiguousarray(v3).reshape(-1), 'sum')"),
+     "(np.ascontiguousarray(v2).reshape(-1), np.ascontiguousarray(v3).reshape(-1), str('sum'))"),
     ("clamp_tensor", _clamp, lambda attrs, shapes: NativePlan((), (tuple(shapes[0]),)),
      lambda x, y: _op("clamp_tensor")(x, y, None),
      "(v0.reshape(-1), v1.reshape(-1), np.empty(0, np.float64))"),
@@ -225,3 +239,21 @@ def test_opaque_op_without_native_shows_its_reason(rng, monkeypatch):
         in body, body
     assert "amax(%0) {dim=1, keepdim=True}  [through objmode: the op declares no native " \
         "function]" in body, body
+
+
+def test_native_compiles_once_for_every_message(rng, tmp_path, monkeypatch):
+    """String constants (the error messages name the shapes) reach a native as
+    unicode_type, not one Literal[str] per message: graphs of different shapes share one
+    specialisation of the native (each cost a LAPACK native's compile, about 1 s)."""
+    monkeypatch.setenv("NBGRAD_CACHE_DIR", str(tmp_path))
+    native = REGISTRY["linalg.solve"].kind.native
+    for n in (2, 3, 4):
+        a = nb.tensor(rng.standard_normal((n, n)) + n * np.eye(n))
+        b = nb.tensor(rng.standard_normal((n, 2)))
+        step = nb.jit(lambda a, b: nb.linalg.solve(a, b) * 2.0, mode="compile")
+        for _ in range(2):
+            step(a, b)
+        assert "objmode(" not in step.source(a, b)
+    literal = [sig for sig in native.signatures if "Literal" in str(sig)]
+    assert not literal, literal
+    assert len([sig for sig in native.signatures if sig[0] == types.float64[::1]]) == 1

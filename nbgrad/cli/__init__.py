@@ -20,7 +20,7 @@ from ..testing import DOMAINS
 from ..version import __version__
 from .bench import run_bench
 from .errors import FAILED, USAGE, CliError
-from .inventory import table_rows
+from .inventory import composite_functions, table_rows
 from .opcheck import NA, CheckOptions, jit_available, row_ok, run_checks
 from .problems import FLOAT32_FLOORS
 from .usercheck import check_user_function, load_function, parse_shape
@@ -219,8 +219,11 @@ def ops(as_json: bool) -> int:
     diff = sum(r["differentiable"] for r in rows)
     double = sum(r["double_backward"] == "yes" for r in rows)
     cuda = sum(r["cuda"] for r in rows)
+    native = sum(r["jit_native"] for r in rows)
     click.echo(f"{len(rows)} entries: {diff} differentiable, {double} with double backward "
-               f"covered by a record, {cuda} with a CUDA kernel")
+               f"covered by a record, {cuda} with a CUDA kernel, {native} native in both jit "
+               f"tiers; {len(composite_functions())} more public functions are composites "
+               "of them")
     return 0
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import testing
+from .. import ops, testing
 from ..cuda import coverage
 from ..ops.registry import kind_of, table
 from ..ops.traits import Opaque
@@ -42,6 +42,7 @@ def table_rows() -> list[dict]:
             "outputs": outputs,
             "double_backward": double,
             "cuda": cuda.get(name, False),
+            "jit_native": _kind_label(name) != "opaque",
         })
     return rows
 
@@ -56,3 +57,11 @@ def _kind_label(name: str) -> str:
 def _signature(entry) -> str:
     params = ", ".join(p.name for p in entry.schema.params)
     return f"{entry.name}({params})"
+
+
+def composite_functions() -> list[str]:
+    """Public op functions with no table entry of their own: composites of table ops
+    (they differentiate and lower through the ops they call)."""
+    entries = set(table())
+    return sorted(n for n in ops.__all__ if n not in entries and callable(getattr(ops, n))
+                  and not isinstance(getattr(ops, n), type))

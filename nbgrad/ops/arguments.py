@@ -29,11 +29,51 @@ _NUMBER = (bool, int, float, np.number, np.bool_)
 _INTEGER = (int, np.integer)
 
 
+#: other spellings of a parameter (NumPy's and PyTorch's): a function with a parameter named
+#: like a key also takes it by each alternative name it does not use itself
+SPELLINGS: dict[str, tuple[str, ...]] = {
+    "dim": ("axis", "dims"), "dims": ("axis", "dim"), "keepdim": ("keepdims",)}
+
+
+def _respelling(fn: Callable) -> dict[str, str]:
+    """{other spelling: ``fn``'s parameter} for the parameters of ``fn`` in SPELLINGS."""
+    params = inspect.signature(fn).parameters
+    renames: dict[str, str] = {name: name for name, p in params.items()  # flip(x, dims=(0,))
+                               if p.kind == inspect.Parameter.VAR_POSITIONAL}
+    for name, others in SPELLINGS.items():
+        if name in params:
+            for other in others:
+                if other not in params:
+                    renames.setdefault(other, name)
+    return renames
+
+
+def _respelled(op, fn: Callable, renames: dict[str, str], args: tuple, kwargs: dict):
+    """``args, kwargs`` with other spellings renamed to ``fn``'s parameters (a
+    ``*dims``-style parameter given by keyword goes after the positional arguments)."""
+    kwargs = dict(kwargs)
+    for other, name in renames.items():
+        if other not in kwargs:
+            continue
+        if name in kwargs and name != other:
+            raise TypeError(f"{op.name}(): got both '{name}' and its other spelling '{other}'")
+        value = kwargs.pop(other)
+        if inspect.signature(fn).parameters[name].kind == inspect.Parameter.VAR_POSITIONAL:
+            args = (*args, *(value if isinstance(value, (list, tuple)) else (value,)))
+        else:
+            kwargs[name] = value
+    return args, kwargs
+
+
 def reporting_argument_errors(fn: Callable, op) -> Callable:
-    """``fn`` with its failures on badly typed arguments turned into clear TypeErrors."""
+    """``fn`` with its failures on badly typed arguments turned into clear TypeErrors, and
+    NumPy's and PyTorch's spellings of its parameters accepted (:data:`SPELLINGS`)."""
+    renames = _respelling(fn)
 
     @functools.wraps(fn)
     def public(*args, **kwargs):
+        if kwargs and renames and not renames.keys().isdisjoint(kwargs):
+            args, kwargs = _respelled(op, fn, renames, args, kwargs)
         try:
             return fn(*args, **kwargs)
         except Exception as exc:

@@ -54,9 +54,13 @@ def to_device(self: Tensor, device: str) -> Tensor:
 
 
 def to(self: Tensor, *args, **kwargs) -> Tensor:
-    """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or keywords of the same names."""
+    """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or keywords of the same names;
+    ``copy=True`` returns a copy even when nothing changes (``non_blocking`` is accepted
+    and has no effect)."""
     device = kwargs.pop("device", None)
     dtype = kwargs.pop("dtype", None)
+    copy = bool(kwargs.pop("copy", False))
+    kwargs.pop("non_blocking", None)
     if kwargs:
         raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}")
     for a in args:
@@ -71,4 +75,6 @@ def to(self: Tensor, *args, **kwargs) -> Tensor:
         out = to_dtype(out, dtype)
     if device is not None:
         out = to_device(out, device)
+    if copy and out is self:
+        out = apply(get("contiguous"), (self,))  # clone: a copy that stays in the graph
     return out

@@ -21,7 +21,7 @@ from ..tensor import Tensor
 from .convert import to_dtype
 from .dispatch import apply, as_tensor, promote_operands
 from .registry import formula_helper, get, kernel, op_function
-from .shape import transpose
+from .shape import squeeze, transpose, unsqueeze
 from .traits import NativePlan, Opaque
 
 # nothing at the top level: nbgrad.linalg is the public address; nbgrad.det, .inverse and
@@ -228,17 +228,27 @@ def _solve_triangular_kernel(A, B, upper, left, unitriangular):
 
 
 @op_function("linalg.solve_triangular")
-def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True,
-                     unitriangular: bool = False) -> Tensor:
+def solve_triangular(A: Tensor, B: Tensor, *, upper: bool | None = None, left: bool = True,
+                     unitriangular: bool = False, lower: bool | None = None) -> Tensor:
     """The solution ``X`` of ``A @ X = B`` (``X @ A = B`` when ``left=False``) for a
-    triangular ``A``: only its upper (``upper=True``) or lower triangle is read, and its
-    diagonal is taken as ones when ``unitriangular``. ``B`` is a matrix ``(..., n, k)``."""
+    triangular ``A``: only its upper (``upper=True``, or SciPy's and JAX's ``lower=False``)
+    or lower triangle is read, and its diagonal is taken as ones when ``unitriangular``.
+    ``B`` is a matrix ``(..., n, k)``, or a vector ``(n,)`` (as SciPy and JAX; the result
+    is then a vector too)."""
+    if (upper is None) == (lower is None):
+        raise TypeError("linalg.solve_triangular: give exactly one of upper= (PyTorch) and "
+                        "lower= (SciPy, JAX)")
+    upper = bool(upper) if upper is not None else not bool(lower)
     A, B = promote_operands(A, B)
     A, B = _float("linalg.solve_triangular", A), _float("linalg.solve_triangular", B)
     _square("linalg.solve_triangular", A)
+    if B.ndim == 1:  # a vector: a column (a row for left=False), and back
+        as_matrix = unsqueeze(B, -1 if left else 0)
+        X = solve_triangular(A, as_matrix, upper=upper, left=left, unitriangular=unitriangular)
+        return squeeze(X, -1 if left else -2)
     if B.ndim < 2:
-        raise RuntimeError(f"linalg.solve_triangular: B must be a matrix (..., n, k), got "
-                           f"shape {B.shape}")
+        raise RuntimeError(f"linalg.solve_triangular: B must be a matrix (..., n, k) or a "
+                           f"vector (n,), got shape {B.shape}")
     n = B.shape[-2] if left else B.shape[-1]
     if n != A.shape[-1]:
         raise RuntimeError(f"linalg.solve_triangular: A of shape {A.shape} and B of shape "

@@ -42,7 +42,7 @@ def _register_unary(spec: ew.ScalarOp):
             return ew.run_unary(name, x, _out_dtype(kind, x.dtype), *map(float, params))
 
     op = get(name)
-    if spec.params:
+    if spec.params or name in _EXPLICIT:
         return None  # ops with parameters define their public function below
 
     def unary(self):
@@ -85,7 +85,8 @@ def _register_binary(spec: ew.ScalarOp):
     return op_function(name)(binary)
 
 
-_EXPLICIT = {"pow"}  # binary ops whose arguments are not named (self, other)
+#: ops whose public function is written below (other arguments than (self[, other]))
+_EXPLICIT = {"pow", "add", "sub", "div", "round"}
 _OWN_KERNEL = {"polygamma"}  # unary ops whose kernel is not (x, *params): defined below
 _FUNCTIONS = {}
 for _spec in ew.UNARY.values():
@@ -94,14 +95,71 @@ for _spec in ew.BINARY.values():
     _FUNCTIONS[_spec.name] = _register_binary(_spec)
 globals().update({k: v for k, v in _FUNCTIONS.items() if v is not None})
 __all__ = sorted([k for k, v in _FUNCTIONS.items() if v is not None]
-                 + ["pow", "softplus", "clamp", "clamp_tensor", "clip", "polygamma", "where",
-                    "lerp"])
+                 + ["pow", "add", "sub", "div", "round", "softplus", "clamp", "clamp_tensor",
+                    "clip", "polygamma", "where", "lerp"])
 
 
 @op_function("pow")
 def pow(self, exponent) -> Tensor:  # noqa: A001
     """``self ** exponent`` with NumPy broadcasting."""
     return _apply_binary(get("pow"), "float", self, exponent)
+
+
+def _scaled(other, alpha):
+    """``alpha * other`` (``other`` itself when ``alpha`` is 1)."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.number)):
+        raise TypeError(f"alpha must be a number, not {type(alpha).__name__}")
+    if alpha == 1:
+        return other
+    if isinstance(other, Tensor):
+        return _apply_binary(get("mul"), "same", other, alpha)
+    return as_tensor(other) * alpha if isinstance(other, np.ndarray) else other * alpha
+
+
+@op_function("add")
+def add(self, other, *, alpha=1) -> Tensor:
+    """``self + alpha * other`` with NumPy broadcasting (``alpha``: torch's scale)."""
+    return _apply_binary(get("add"), "same", self, _scaled(other, alpha))
+
+
+@op_function("sub")
+def sub(self, other, *, alpha=1) -> Tensor:
+    """``self - alpha * other`` with NumPy broadcasting (``alpha``: torch's scale)."""
+    return _apply_binary(get("sub"), "same", self, _scaled(other, alpha))
+
+
+_ROUNDING = {"trunc": "trunc", "floor": "floor"}
+
+
+@op_function("div")
+def div(self, other, *, rounding_mode: str | None = None) -> Tensor:
+    """``self / other`` with NumPy broadcasting; ``rounding_mode`` ``'trunc'`` or
+    ``'floor'`` rounds the quotient (as torch: integer inputs then give an integer
+    result, and the gradient is zero)."""
+    q = _apply_binary(get("div"), "float", self, other)
+    if rounding_mode is None:
+        return q
+    if rounding_mode not in _ROUNDING:
+        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got "
+                         f"{rounding_mode!r}")
+    out = apply(get(_ROUNDING[rounding_mode]), (q,))
+    a, b = promote_operands(self, other)
+    if a.dtype.kind in "iub" and b.dtype.kind in "iub":
+        out = to_dtype(out, a.dtype if a.dtype.kind != "b" else dtypes.int64)
+    return out
+
+
+@op_function("round")
+def round(self, decimals: int = 0) -> Tensor:  # noqa: A001
+    """Round half to even to ``decimals`` decimal places (negative: to tens, hundreds...),
+    as ``np.round`` and torch: ``round(x * 10**decimals) / 10**decimals``."""
+    x = _prepare("float", as_tensor(self))
+    if not isinstance(decimals, (int, np.integer)) or isinstance(decimals, bool):
+        raise TypeError(f"round: decimals must be an int, not {type(decimals).__name__}")
+    if decimals == 0:
+        return apply(get("round"), (x,))
+    scale = 10.0 ** int(decimals)
+    return apply(get("round"), (x * scale,)) / scale
 
 
 # ------------------------------------------------------------ ops with parameters

@@ -21,7 +21,7 @@ from .convert import to_dtype
 from .dispatch import apply, as_tensor
 from .registry import get, kernel, op_function
 from .shape import _dim as shape_dim
-from .shape import reshape
+from .shape import broadcast_to, reshape
 from .traits import IndexScatter, Move, NativePlan, Opaque
 
 __all__ = ["Index", "gather", "gather_backward", "index", "index_backward", "index_put",
@@ -473,17 +473,18 @@ def _masked_fill_kernel(x, mask, value):
 @op_function("masked_fill")
 def masked_fill(self: Tensor, mask: Tensor, value) -> Tensor:
     """A copy of ``self`` with ``value`` (a number or a 0-d tensor) where ``mask`` (a bool
-    tensor broadcastable to ``self``) is true."""
+    tensor) is true; ``self`` and ``mask`` broadcast together (as torch's out-of-place
+    ``masked_fill``)."""
     mask = as_tensor(mask)
     if mask.dtype != np.bool_:
         raise TypeError(f"masked_fill: mask must be a bool tensor, got dtype {mask.dtype}")
     try:
-        fits = np.broadcast_shapes(self.shape, mask.shape) == self.shape
+        shape = np.broadcast_shapes(self.shape, mask.shape)
     except ValueError:
-        fits = False
-    if not fits:
-        raise RuntimeError(f"masked_fill: mask of shape {tuple(mask.shape)} does not "
-                           f"broadcast to self of shape {tuple(self.shape)}")
+        raise RuntimeError(f"masked_fill: mask of shape {tuple(mask.shape)} and self of shape "
+                           f"{tuple(self.shape)} do not broadcast together") from None
+    if shape != self.shape:
+        self = broadcast_to(self, shape)
     if isinstance(value, Tensor):
         if value.ndim:
             raise RuntimeError(f"masked_fill: value must be a number or a 0-d tensor, got "

@@ -100,14 +100,21 @@ def reshape(self: Tensor, *shape) -> Tensor:
 
 @kernel("view", view_of=0, kind=View())
 def _view_kernel(x, size):
-    if not x.flags.c_contiguous:
-        raise RuntimeError("view: the tensor is not contiguous; use reshape()")
-    return _reshape_kernel(x, size)
+    if x.flags.c_contiguous:
+        return _reshape_kernel(x, size)
+    try:
+        return np.reshape(x, size, copy=False)  # a view whenever the strides allow one
+    except ValueError:
+        _reshape_kernel(x, size)  # a size that does not fit raises reshape's error
+        raise RuntimeError(f"view: shape {tuple(size)} is not compatible with the strides of "
+                           f"this non-contiguous tensor of shape {x.shape}; use reshape()"
+                           ) from None
 
 
 @op_function("view")
 def view(self: Tensor, *size) -> Tensor:
-    """A view with a new shape (the tensor must be contiguous)."""
+    """A view with a new shape, as PyTorch: any tensor whose strides allow one (a
+    contiguous one always does); otherwise a RuntimeError pointing to ``reshape``."""
     return apply(get("view"), (self, _ints(size, "view")))
 
 
@@ -394,10 +401,11 @@ def _zeros_like_kernel(x):
 
 
 @op_function("zeros_like")
-def zeros_like(self: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
-    """Zeros of the shape (and dtype) of ``self``."""
+def zeros_like(self: Tensor, dtype=None, requires_grad: bool = False, *,
+               device=None) -> Tensor:
+    """Zeros of the shape (and dtype and device) of ``self``."""
     out = apply(get("zeros_like"), (as_tensor(self),))
-    return _finish_like(out, dtype, requires_grad)
+    return _finish_like(out, dtype, requires_grad, device)
 
 
 @kernel("ones_like", kind=Fill(1.0))
@@ -406,15 +414,18 @@ def _ones_like_kernel(x):
 
 
 @op_function("ones_like")
-def ones_like(self: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
-    """Ones of the shape (and dtype) of ``self``."""
+def ones_like(self: Tensor, dtype=None, requires_grad: bool = False, *,
+              device=None) -> Tensor:
+    """Ones of the shape (and dtype and device) of ``self``."""
     out = apply(get("ones_like"), (as_tensor(self),))
-    return _finish_like(out, dtype, requires_grad)
+    return _finish_like(out, dtype, requires_grad, device)
 
 
-def _finish_like(out: Tensor, dtype, requires_grad: bool) -> Tensor:
+def _finish_like(out: Tensor, dtype, requires_grad: bool, device) -> Tensor:
     if dtype is not None:
         out = to_dtype(out, dtype)
+    if device is not None:
+        out = out.to(device)
     if requires_grad:
         out.requires_grad_(True)
     return out
@@ -652,8 +663,9 @@ def _pad_index(n: int, lo: int, hi: int, mode: str) -> np.ndarray:
 @op_function("pad")
 def pad(self: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:
     """Pad with ``pad = (left_last, right_last, left_2nd_last, ...)`` (torch's order, last
-    dimension first). ``mode`` is ``"constant"`` (``value``, default 0; negative widths
-    crop), ``"reflect"``, ``"replicate"`` or ``"circular"``."""
+    dimension first). ``mode`` is ``"constant"`` (``value``, default 0), ``"reflect"``,
+    ``"replicate"`` or ``"circular"``. Negative widths crop, in every mode (the crops
+    first, then the padding of what is left)."""
     pad = _ints((pad,), "pad")
     if len(pad) % 2 or len(pad) > 2 * self.ndim:
         raise RuntimeError(f"pad: the padding {pad} must have an even length of at most "
@@ -662,10 +674,15 @@ def pad(self: Tensor, pad, mode: str = "constant", value: float | None = None) -
         raise ValueError(f"pad: mode must be one of {_PAD_MODES}, got {mode!r}")
     pairs = _pad_pairs(pad, self.ndim)
     for d, lo, hi in pairs:
-        n = self.shape[d]
-        if n + lo + hi < 0:
+        if self.shape[d] + lo + hi < 0:
             raise RuntimeError(f"pad: padding ({lo}, {hi}) of dim {d} leaves a negative size "
                                f"for shape {self.shape}")
+    if mode != "constant" and min(pad, default=0) < 0:  # crop first, then pad what is left
+        crop = tuple(slice(max(-lo, 0), self.shape[d] - max(-hi, 0)) for d, lo, hi in pairs)
+        cropped = _ops.index(self, (slice(None),) * (self.ndim - len(pairs)) + crop[::-1])
+        return globals()["pad"](cropped, tuple(max(p, 0) for p in pad), mode, value)
+    for d, lo, hi in pairs:
+        n = self.shape[d]
         if mode != "constant":
             limit = n - 1 if mode == "reflect" else (n if mode == "circular" else None)
             if min(lo, hi) < 0 or n == 0 or (limit is not None and max(lo, hi) > limit):

@@ -93,8 +93,10 @@ def affine_text(off: int, steps: tuple[int, ...]) -> str:
 def const_text(value, array: bool = False) -> str:
     """Source text of a constant argument of a native call.
 
-    Integers and booleans are written as ``np.int64(3)``/``np.bool_(True)``: a bare
-    literal would type as ``Literal[int](3)`` and compile the native once per value.
+    Integers, booleans and strings are written as ``np.int64(3)``/``np.bool_(True)``/
+    ``str('...')``: a bare literal would type as ``Literal[int](3)`` (``Literal[str]``)
+    and compile the native once per value (an error message names the shapes, so once
+    per graph).
     """
     if value is None:
         return "None"
@@ -104,8 +106,8 @@ def const_text(value, array: bool = False) -> str:
         return f"np.int64({int(value)})"
     if isinstance(value, (float, np.floating)):
         return literal(float(value), np.dtype(np.float64))
-    if isinstance(value, str):
-        return repr(value)
+    if isinstance(value, str):  # str(): unicode_type, not a Literal[str] per message
+        return f"str({value!r})"
     if isinstance(value, (tuple, list)):
         if array:  # a NativePlan's tuple: an int64 array, whatever its length
             return (f"np.array([{', '.join(str(int(v)) for v in value)}], np.int64)"

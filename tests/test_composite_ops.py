@@ -1,0 +1,278 @@
+"""Ops written over table ops (``nbgrad/ops/{pointwise,activations,arrange,products,
+statistics}.py``, issue 14): each checked like a table entry, against NumPy/SciPy, by
+gradcheck and gradgradcheck (float64), and under both jit tiers against eager mode
+(values and gradients)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.spatial.distance
+import scipy.special
+
+import nbgrad as nb
+from nbgrad.autograd.gradcheck import gradcheck, gradgradcheck
+
+F = nb.nn.functional
+RNG = np.random.default_rng(14)
+
+
+def _r(*shape, lo=-2.0, hi=2.0):
+    return RNG.uniform(lo, hi, shape)
+
+
+def _pos(*shape):
+    return RNG.uniform(0.3, 2.0, shape)
+
+
+@dataclass
+class Case:
+    name: str
+    fn: Callable                    # of tensors
+    args: tuple                     # NumPy arrays (the differentiable inputs)
+    ref: Callable | None = None     # of NumPy arrays
+    grad: bool = True
+    second: bool = True
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _spd(n=3):
+    a = RNG.standard_normal((n, n))
+    return a @ a.T + n * np.eye(n)
+
+
+def _np_huber(x, t, d=1.0):
+    a = np.abs(x - t)
+    return np.mean(np.where(a < d, 0.5 * a * a, d * (a - 0.5 * d)))
+
+
+_SPD = _spd()
+_L = np.linalg.cholesky(_SPD)
+CASES = [
+    # pointwise
+    Case("logaddexp", nb.logaddexp, (_r(3, 4), _r(4)), np.logaddexp),
+    Case("logaddexp2", nb.logaddexp2, (_r(3), _r(3)), np.logaddexp2),
+    Case("xlogy", nb.xlogy, (np.array([0.0, 1.5, -2.0]), _pos(3)), scipy.special.xlogy),
+    Case("xlog1py", nb.xlog1py, (np.array([0.0, 1.5, -2.0]), _pos(3)), scipy.special.xlog1py),
+    Case("logit", nb.logit, (RNG.uniform(0.1, 0.9, 5),), scipy.special.logit),
+    Case("logit-eps", lambda p: nb.logit(p, 0.2), (RNG.uniform(0.3, 0.7, 5),),
+         lambda p: scipy.special.logit(np.clip(p, 0.2, 0.8))),
+    Case("exp2", nb.exp2, (_r(4),), np.exp2),
+    Case("sinc", nb.sinc, (_r(5) + 0.1,), np.sinc),
+    Case("fmax", nb.fmax, (_r(4), _r(4)), np.fmax),
+    Case("fmin", nb.fmin, (_r(4), _r(4)), np.fmin),
+    Case("clamp_min", lambda x: nb.clamp_min(x, 0.3), (_r(5),), lambda x: np.maximum(x, 0.3)),
+    Case("clamp_max", lambda x: nb.clamp_max(x, 0.3), (_r(5),), lambda x: np.minimum(x, 0.3)),
+    Case("float_power", nb.float_power, (_pos(4), _r(4)), np.float_power),
+    Case("frac", nb.frac, (_r(5) * 3 + 0.05,), lambda x: x - np.trunc(x)),
+    Case("rsub", lambda a, b: nb.rsub(a, b, alpha=2), (_r(3), _r(3)), lambda a, b: b - 2 * a),
+    Case("addcmul", lambda a, b, c: nb.addcmul(a, b, c, value=0.5), (_r(3), _r(3), _r(3)),
+         lambda a, b, c: a + 0.5 * b * c),
+    Case("addcdiv", lambda a, b, c: nb.addcdiv(a, b, c, value=2), (_r(3), _r(3), _pos(3)),
+         lambda a, b, c: a + 2 * b / c),
+    Case("nan_to_num", nb.nan_to_num, (_r(4),), np.nan_to_num),
+    # activations, normalisation, losses
+    Case("logsigmoid", F.logsigmoid, (_r(5) * 5,), lambda x: -np.logaddexp(0, -x)),
+    Case("relu6", F.relu6, (_r(5) * 4 + 0.01,), lambda x: np.clip(x, 0, 6)),
+    Case("hardtanh", F.hardtanh, (_r(5) + 0.01,), lambda x: np.clip(x, -1, 1)),
+    Case("selu", F.selu, (_r(5) + 0.01,), lambda x: 1.0507009873554805 * np.where(
+        x > 0, x, 1.6732632423543772 * np.expm1(x))),
+    Case("celu", lambda x: F.celu(x, 0.5), (_r(5) + 0.01,),
+         lambda x: np.maximum(x, 0) + np.minimum(0, 0.5 * np.expm1(x / 0.5))),
+    Case("mish", F.mish, (_r(5),), lambda x: x * np.tanh(np.logaddexp(0, x))),
+    Case("softmin", lambda x: F.softmin(x, 1), (_r(2, 3),),
+         lambda x: scipy.special.softmax(-x, 1)),
+    Case("glu", F.glu, (_r(2, 4),), lambda x: x[:, :2] * scipy.special.expit(x[:, 2:])),
+    Case("hardshrink", F.hardshrink, (np.array([-1.0, -0.2, 0.3, 0.8]),),
+         lambda x: np.where(np.abs(x) > 0.5, x, 0)),
+    Case("softshrink", F.softshrink, (np.array([-1.0, -0.2, 0.3, 0.8]),),
+         lambda x: np.sign(x) * np.maximum(np.abs(x) - 0.5, 0)),
+    Case("threshold", lambda x: F.threshold(x, 0.1, 20.0), (_r(5) + 0.01,),
+         lambda x: np.where(x > 0.1, x, 20.0)),
+    Case("normalize", F.normalize, (_r(2, 3),),
+         lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)),
+    Case("cosine_similarity", F.cosine_similarity, (_r(2, 3), _r(2, 3)),
+         lambda a, b: (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)),
+    Case("huber_loss", F.huber_loss, (_r(6), _r(6)), _np_huber),
+    Case("smooth_l1_loss", lambda a, b: F.smooth_l1_loss(a, b, beta=0.5), (_r(6), _r(6)),
+         lambda a, b: _np_huber(a, b, 0.5) / 0.5),  # smooth L1 = huber / beta
+    Case("kl_div", lambda x, t: F.kl_div(x, t, reduction="batchmean"),
+         (np.log(_pos(2, 3)), _pos(2, 3)),
+         lambda x, t: (t * (np.log(t) - x)).sum() / 2),
+    Case("gaussian_nll_loss", F.gaussian_nll_loss, (_r(4), _r(4), _pos(4)),
+         lambda x, t, v: np.mean(0.5 * (np.log(v) + (x - t) ** 2 / v))),
+    Case("poisson_nll_loss", F.poisson_nll_loss, (_r(4), _pos(4)),
+         lambda x, t: np.mean(np.exp(x) - t * x)),
+    # shape and indexing
+    Case("movedim", lambda x: nb.movedim(x, 0, -1), (_r(2, 3, 4),),
+         lambda x: np.moveaxis(x, 0, -1)),
+    Case("narrow", lambda x: nb.narrow(x, 1, 1, 2), (_r(2, 4),), lambda x: x[:, 1:3]),
+    Case("select", lambda x: nb.select(x, 1, -1), (_r(2, 4),), lambda x: x[:, -1]),
+    Case("unflatten", lambda x: nb.unflatten(x, 1, (2, 2)), (_r(3, 4),),
+         lambda x: x.reshape(3, 2, 2)),
+    Case("ravel", nb.ravel, (_r(2, 3),), np.ravel),
+    Case("hstack", lambda a, b: nb.hstack([a, b]), (_r(2, 1), _r(2, 3)),
+         lambda a, b: np.hstack([a, b])),
+    Case("vstack", lambda a, b: nb.vstack([a, b]), (_r(3), _r(2, 3)),
+         lambda a, b: np.vstack([a, b])),
+    Case("atleast_3d", nb.atleast_3d, (_r(4),), np.atleast_3d),
+    Case("meshgrid", lambda a, b: nb.meshgrid(a, b, indexing="xy")[1] * 2.0, (_r(3), _r(2)),
+         lambda a, b: np.meshgrid(a, b)[1] * 2.0),
+    Case("tensor_split", lambda x: nb.tensor_split(x, 3, 1)[0] * 3.0, (_r(2, 7),),
+         lambda x: np.array_split(x, 3, 1)[0] * 3.0),
+    Case("rot90", lambda x: nb.rot90(x, 3), (_r(2, 3),), lambda x: np.rot90(x, 3)),
+    Case("diff", lambda x: nb.diff(x, 2, dim=0), (_r(5, 2),), lambda x: np.diff(x, 2, 0)),
+    Case("take_along_dim", lambda x: nb.take_along_dim(x, nb.tensor(np.array([[2], [0]])), 1),
+         (_r(2, 3),), lambda x: np.take_along_axis(x, np.array([[2], [0]]), 1)),
+    Case("trapezoid", lambda y, x: nb.trapezoid(y, x), (_r(2, 5), np.sort(_r(5))),
+         lambda y, x: np.trapezoid(y, x)),
+    # products and matrix functions
+    Case("mv", nb.mv, (_r(2, 3), _r(3)), np.dot),
+    Case("inner", nb.inner, (_r(2, 3), _r(4, 3)), np.inner),
+    Case("tensordot", lambda a, b: nb.tensordot(a, b, ([1, 2], [0, 1])), (_r(2, 3, 2), _r(3, 2, 2)),
+         lambda a, b: np.tensordot(a, b, ([1, 2], [0, 1]))),
+    Case("kron", nb.kron, (_r(2, 2), _r(2, 3)), np.kron),
+    Case("addmm", lambda c, a, b: nb.addmm(c, a, b, beta=0.5, alpha=2), (_r(2, 2), _r(2, 3),
+                                                                          _r(3, 2)),
+         lambda c, a, b: 0.5 * c + 2 * a @ b),
+    Case("addmv", nb.addmv, (_r(2), _r(2, 3), _r(3)), lambda c, a, b: c + a @ b),
+    Case("addr", nb.addr, (_r(2, 3), _r(2), _r(3)), lambda c, a, b: c + np.outer(a, b)),
+    Case("baddbmm", nb.baddbmm, (_r(2, 2, 2), _r(2, 2, 3), _r(2, 3, 2)),
+         lambda c, a, b: c + a @ b),
+    Case("addbmm", nb.addbmm, (_r(2, 2), _r(3, 2, 3), _r(3, 3, 2)),
+         lambda c, a, b: c + (a @ b).sum(0)),
+    Case("multi_dot", lambda a, b, c: nb.multi_dot([a, b, c]), (_r(3), _r(3, 2), _r(2, 2)),
+         lambda a, b, c: a @ b @ c),
+    Case("matrix_power", lambda a: nb.matrix_power(a, 3), (_spd() / 3,),
+         lambda a: np.linalg.matrix_power(a, 3)),
+    Case("matrix_power-neg", lambda a: nb.matrix_power(a, -2), (_spd(),),
+         lambda a: np.linalg.matrix_power(a, -2)),
+    Case("cholesky_solve", lambda b, L: nb.cholesky_solve(b, L), (_r(3, 2), _L),
+         lambda b, L: scipy.linalg.cho_solve((L, True), b)),
+    Case("logdet", nb.logdet, (_SPD,), lambda a: np.linalg.slogdet(a)[1]),
+    Case("cross", nb.cross, (_r(2, 3), _r(2, 3)), np.cross),
+    Case("dist", lambda a, b: nb.dist(a, b, 3), (_r(2, 3), _r(3)),
+         lambda a, b: np.sum(np.abs(a - b) ** 3) ** (1 / 3)),
+    Case("cdist", nb.cdist, (_r(4, 3), _r(2, 3)), scipy.spatial.distance.cdist),
+    Case("diag_embed", lambda x: nb.diag_embed(x, 1), (_r(2, 3),),
+         lambda x: np.stack([np.diag(r, 1) for r in x])),
+    Case("block_diag", lambda a, b: nb.block_diag(a, b), (_r(2, 2), _r(3)),
+         lambda a, b: scipy.linalg.block_diag(a, b)),
+    # reductions
+    Case("nansum", lambda x: nb.nansum(x, 1), (_r(2, 3),), lambda x: np.nansum(x, 1)),
+    Case("nanmean", lambda x: nb.nanmean(x, 0), (_r(2, 3),), lambda x: np.nanmean(x, 0)),
+    Case("var_mean", lambda x: nb.var_mean(x, 1)[0] + nb.var_mean(x, 1)[1], (_r(2, 3),),
+         lambda x: x.var(1, ddof=1) + x.mean(1)),
+    Case("std_mean", lambda x: nb.std_mean(x, 0)[0] * nb.std_mean(x, 0)[1], (_r(3, 2),),
+         lambda x: x.std(0, ddof=1) * x.mean(0)),
+    Case("aminmax", lambda x: nb.aminmax(x, dim=1).max - nb.aminmax(x, dim=1).min,
+         (_r(2, 3),), lambda x: x.max(1) - x.min(1)),
+    Case("kthvalue", lambda x: nb.kthvalue(x, 2, 1).values, (_r(2, 4),),
+         lambda x: np.sort(x, 1)[:, 1]),
+    Case("median", lambda x: nb.median(x, 1).values, (_r(2, 5),),
+         lambda x: np.sort(x, 1)[:, 2]),
+    Case("nanmedian", lambda x: nb.nanmedian(x, 0).values, (_r(3, 2),),
+         lambda x: np.sort(x, 0)[1]),
+    Case("quantile", lambda x: nb.quantile(x, nb.tensor(np.array([0.2, 0.75])), 1),
+         (_r(2, 5),), lambda x: np.quantile(x, [0.2, 0.75], 1)),
+    Case("nanquantile", lambda x: nb.nanquantile(x, 0.4), (_r(2, 5),),
+         lambda x: np.nanquantile(x, 0.4)),
+    Case("logcumsumexp", lambda x: nb.logcumsumexp(x, 1), (_r(2, 4),),
+         lambda x: np.log(np.cumsum(np.exp(x), 1))),
+]
+
+
+def _inputs(case: Case, grad: bool = True):
+    return tuple(nb.tensor(a, requires_grad=grad) for a in case.args)
+
+
+def _outputs(out) -> list:
+    return [o for o in (out if isinstance(out, tuple) else (out,)) if isinstance(o, nb.Tensor)]
+
+
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_forward_matches_numpy(case):
+    got = case.fn(*_inputs(case, grad=False))
+    np.testing.assert_allclose(got.numpy(), case.ref(*case.args), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.grad], ids=repr)
+def test_gradcheck_first_and_second_order(case):
+    assert gradcheck(case.fn, _inputs(case))
+    if case.second:
+        assert gradgradcheck(case.fn, _inputs(case))
+
+
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_jit_tiers_equal_eager(case):
+    """The sum of squares and its gradient (every input), as one jitted graph
+    (``jit(value_and_grad(...))``) in each tier, equal eager mode."""
+    def loss(*xs):
+        return (case.fn(*xs) ** 2).sum()
+
+    argnums = tuple(range(len(case.args)))
+    want_v, want_g = nb.value_and_grad(loss, argnums=argnums)(*_inputs(case))
+    for mode in ("interpret", "compile"):
+        step = nb.jit(nb.value_and_grad(loss, argnums=argnums), mode=mode)
+        for _ in range(2):  # the trace, then the tier's executable
+            v, gs = step(*_inputs(case))
+            np.testing.assert_allclose(float(v), float(want_v), rtol=1e-12)
+            for g, w in zip(gs, want_g, strict=True):
+                np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-10, atol=1e-12)
+        if mode == "compile":
+            assert "objmode(" not in step.source(*_inputs(case)).split("def run_graph")[1]
+
+
+def test_predicates():
+    x = nb.tensor(np.array([np.nan, np.inf, -np.inf, 0.0, -1.5]))
+    for fn, ref in [(nb.isnan, np.isnan), (nb.isinf, np.isinf), (nb.isfinite, np.isfinite),
+                    (nb.isposinf, np.isposinf), (nb.isneginf, np.isneginf)]:
+        got = fn(x)
+        assert got.dtype == nb.bool_
+        np.testing.assert_array_equal(got.numpy(), ref(x.numpy()))
+        np.testing.assert_array_equal(fn(nb.tensor(np.arange(3))).numpy(), ref(np.arange(3)))
+    np.testing.assert_array_equal(nb.nan_to_num(x, nan=1.0, posinf=2.0, neginf=-2.0).numpy(),
+                                  [1.0, 2.0, -2.0, 0.0, -1.5])
+    np.testing.assert_array_equal(nb.any(x > 0, 0).numpy(), True)
+    np.testing.assert_array_equal(nb.all(nb.tensor(np.ones((2, 2))), axis=1).numpy(), [1, 1])
+    np.testing.assert_array_equal(nb.count_nonzero(nb.tensor([[0, 1], [2, 3]]), 0).numpy(), [1, 2])
+
+
+def test_xlogy_is_zero_and_nan_free_where_x_is_zero():
+    x = nb.tensor(np.array([0.0, 0.0, 0.0, 2.0]), requires_grad=True)
+    y = nb.tensor(np.array([0.0, np.inf, 3.0, 0.5]), requires_grad=True)
+    out = nb.xlogy(x, y)
+    np.testing.assert_array_equal(out.numpy()[:3], 0.0)
+    np.testing.assert_array_equal(out.numpy(), scipy.special.xlogy(x.numpy(), y.numpy()))
+    out.sum().backward()
+    assert np.isfinite(x.grad.numpy()).all() and np.isfinite(y.grad.numpy()).all()
+    # d/dx = log(y) (also at x = 0, as finite differences say), 0 at the conventions
+    np.testing.assert_allclose(x.grad.numpy(), [0.0, 0.0, math.log(3.0), math.log(0.5)])
+    np.testing.assert_allclose(y.grad.numpy(), [0.0, 0.0, 0.0, 4.0])
+    assert np.isnan(nb.xlogy(nb.tensor([0.0]), nb.tensor([np.nan])).numpy()).all()
+
+
+def test_order_statistics_with_nan():
+    a = np.array([[1.0, np.nan, 3.0, 0.5], [2.0, 1.0, 4.0, 3.0]])
+    np.testing.assert_array_equal(nb.median(nb.tensor(a), 1).values.numpy(), [np.nan, 2.0])
+    np.testing.assert_array_equal(nb.nanmedian(nb.tensor(a), 1).values.numpy(), [1.0, 2.0])
+    np.testing.assert_allclose(nb.nanquantile(nb.tensor(a), 0.5, 1).numpy(),
+                               np.nanquantile(a, 0.5, 1))
+    assert np.isnan(nb.quantile(nb.tensor(a), 0.5, 1).numpy()[0])
+    for method in ("lower", "higher", "nearest", "midpoint"):
+        np.testing.assert_allclose(nb.quantile(nb.tensor(a[1]), 0.4, interpolation=method).numpy(),
+                                   np.quantile(a[1], 0.4, method=method))
+
+
+def test_logcumsumexp_handles_large_and_minus_infinite_values():
+    x = nb.tensor(np.array([[1000.0, 1000.0, -np.inf], [-np.inf, -np.inf, -np.inf]]))
+    out = nb.logcumsumexp(x, 1).numpy()
+    np.testing.assert_allclose(out[0], [1000.0, 1000.0 + math.log(2), 1000.0 + math.log(2)])
+    np.testing.assert_array_equal(out[1], -np.inf)

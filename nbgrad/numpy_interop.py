@@ -297,16 +297,14 @@ FUNCTIONS[np.stack] = _joined(ops.stack)
 
 @implements(np.hstack)
 def _hstack(tup, *, dtype=None, casting="same_kind"):
-    ts = [_t(a) for a in tup]
-    ts = [ops.reshape(t, (1,)) if t.ndim == 0 else t for t in ts]
-    return _joined(ops.cat)(ts, axis=0 if ts and ts[0].ndim == 1 else 1, dtype=dtype)
+    out = ops.hstack([_t(a) for a in tup])
+    return out if dtype is None else ops.to_dtype(out, dtype)
 
 
 @implements(np.vstack)
 def _vstack(tup, *, dtype=None, casting="same_kind"):
-    ts = [_t(a) for a in tup]
-    ts = [ops.reshape(t, (1, -1)) if t.ndim < 2 else t for t in ts]
-    return _joined(ops.cat)(ts, axis=0, dtype=dtype)
+    out = ops.vstack([_t(a) for a in tup])
+    return out if dtype is None else ops.to_dtype(out, dtype)
 
 
 @implements(np.reshape)
@@ -333,13 +331,7 @@ def _transpose(a, axes=None):
 
 @implements(np.moveaxis)
 def _moveaxis(a, source, destination):
-    t = _t(a)
-    src = [_norm_axis(s, t.ndim) for s in np.atleast_1d(source)]
-    dst = [_norm_axis(d, t.ndim) for d in np.atleast_1d(destination)]
-    order = [n for n in range(t.ndim) if n not in src]
-    for d, s in sorted(zip(dst, src, strict=True)):
-        order.insert(d, s)
-    return ops.permute(t, tuple(order))
+    return ops.movedim(_t(a), source, destination)
 
 
 @implements(np.swapaxes)
@@ -484,20 +476,14 @@ def _split(ary, indices_or_sections, axis=0):
 
 @implements(np.diff)
 def _diff(a, n=1, axis=-1, prepend=_NOVALUE, append=_NOVALUE):
-    _plain(prepend=prepend, append=append)
-    t = _t(a)
-    lead = (slice(None),) * _norm_axis(axis, t.ndim)
-    for _ in range(n):
-        t = t[lead + (slice(1, None),)] - t[lead + (slice(None, -1),)]
-    return t
+    return ops.diff(_t(a), n, axis, None if prepend is _NOVALUE else prepend,
+                    None if append is _NOVALUE else append)
 
 
 @implements(np.round, np.around)
 def _round(a, decimals=0, out=None):
     _plain(out=out)
-    if decimals != 0:
-        raise Unsupported(f"decimals={decimals}")
-    return ops.round(_t(a))
+    return ops.round(_t(a), decimals)
 
 
 @implements(np.copy)

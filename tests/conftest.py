@@ -12,6 +12,12 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: one worker per usable core, at most 4 (each holds its own kernels)."""
+    from nbgrad.cli.opcheck import auto_jobs
+    return auto_jobs()
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)

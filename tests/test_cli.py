@@ -8,6 +8,7 @@ shape parsing are also tested in-process. Op selections are kept small (a full
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -147,6 +148,18 @@ def test_check_jobs_float32_and_fast():
     assert [r["op"] for r in data["results"]] == ["sin", "mul", "sum", "div"]
     assert all(r["tolerances"]["atol"] >= 1e-4 for r in data["results"])
     assert data["summary"]["first_order"]["pass"] == 4
+
+
+def test_check_uses_every_core_up_to_four_by_default(monkeypatch):
+    from nbgrad.cli import opcheck
+    expected = min(len(os.sched_getaffinity(0)), 4)
+    monkeypatch.setattr(opcheck.os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert opcheck.auto_jobs() == opcheck.MAX_AUTO_JOBS == 4
+    monkeypatch.setattr(opcheck.os, "sched_getaffinity", lambda pid: {0})
+    assert opcheck.auto_jobs() == 1
+    proc = run_cli("check", "sin", "exp", "--mode", "eager", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["options"]["jobs"] == expected
 
 
 def test_check_reports_a_wrong_derivative_as_failure(monkeypatch):

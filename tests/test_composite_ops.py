@@ -1,7 +1,7 @@
 """Ops written over table ops (``nbgrad/ops/{pointwise,activations,arrange,products,
-statistics}.py``, issue 14): each checked like a table entry, against NumPy/SciPy, by
-gradcheck and gradgradcheck (float64), and under both jit tiers against eager mode
-(values and gradients)."""
+statistics,normalization,attention}.py``, issue 14): each checked like a table entry,
+against NumPy/SciPy, by gradcheck and gradgradcheck (float64), and under both jit tiers
+against eager mode (values and gradients)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,22 @@ class Case:
 def _spd(n=3):
     a = RNG.standard_normal((n, n))
     return a @ a.T + n * np.eye(n)
+
+
+def _np_norm(x, dims, eps=1e-5):
+    mu = x.mean(dims, keepdims=True)
+    return (x - mu) / np.sqrt(x.var(dims, keepdims=True) + eps)
+
+
+def _np_attention(q, k, v, mask):
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    s = np.where(mask, s, -np.inf)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    return (w / w.sum(-1, keepdims=True)) @ v
+
+
+_MEAN, _VAR = np.array([0.1, -0.2, 0.3]), np.array([0.5, 1.5, 2.0])
+_CAUSAL = np.tril(np.ones((4, 4), dtype=bool))
 
 
 def _np_huber(x, t, d=1.0):
@@ -165,6 +181,20 @@ CASES = [
          lambda x: np.stack([np.diag(r, 1) for r in x])),
     Case("block_diag", lambda a, b: nb.block_diag(a, b), (_r(2, 2), _r(3)),
          lambda a, b: scipy.linalg.block_diag(a, b)),
+    # normalisations and attention (nbgrad/ops/normalization.py, attention.py)
+    Case("batch_norm", lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+         (_r(4, 3, 2), _r(3), _r(3)),
+         lambda x, w, b: _np_norm(x, (0, 2)) * w[:, None] + b[:, None]),
+    Case("batch_norm-eval", lambda x: F.batch_norm(x, nb.tensor(_MEAN), nb.tensor(_VAR)),
+         (_r(2, 3),), lambda x: (x - _MEAN) / np.sqrt(_VAR + 1e-5)),
+    Case("group_norm", lambda x, w: F.group_norm(x, 2, w), (_r(2, 4, 3), _r(4)),
+         lambda x, w: _np_norm(x.reshape(2, 2, 6), 2).reshape(2, 4, 3) * w[:, None]),
+    Case("instance_norm", F.instance_norm, (_r(2, 3, 4),), lambda x: _np_norm(x, 2)),
+    Case("rms_norm", lambda x, w: F.rms_norm(x, (3,), w, 1e-6), (_r(2, 3), _r(3)),
+         lambda x, w: x / np.sqrt((x * x).mean(1, keepdims=True) + 1e-6) * w),
+    Case("scaled_dot_product_attention",
+         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+         (_r(2, 4, 3), _r(2, 4, 3), _r(2, 4, 2)), lambda q, k, v: _np_attention(q, k, v, _CAUSAL)),
     # reductions
     Case("nansum", lambda x: nb.nansum(x, 1), (_r(2, 3),), lambda x: np.nansum(x, 1)),
     Case("nanmean", lambda x: nb.nanmean(x, 0), (_r(2, 3),), lambda x: np.nanmean(x, 0)),

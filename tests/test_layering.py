@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("nbgrad.random",),
     ("nbgrad.ops",),
     ("nbgrad.autograd", "nbgrad.cuda"),  # both build on ops: the graph, the CUDA kernels
-    ("nbgrad.functional", "nbgrad.linalg", "nbgrad.nn"),
+    ("nbgrad.functional", "nbgrad.linalg", "nbgrad.nn", "nbgrad.optim", "nbgrad.special"),
     ("nbgrad.numpy_interop",),
     ("nbgrad.jit",),  # its CUDA tier (nbgrad.jit.cuda) uses nbgrad.cuda's kernels
     ("nbgrad.testing",),

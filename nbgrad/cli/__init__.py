@@ -21,7 +21,7 @@ from ..version import __version__
 from .bench import run_bench
 from .errors import FAILED, USAGE, CliError
 from .inventory import composite_functions, table_rows
-from .opcheck import NA, CheckOptions, jit_available, row_ok, run_checks
+from .opcheck import MAX_AUTO_JOBS, NA, CheckOptions, auto_jobs, jit_available, row_ok, run_checks
 from .problems import FLOAT32_FLOORS
 from .usercheck import check_user_function, load_function, parse_shape
 
@@ -55,8 +55,9 @@ def cli() -> None:
 @click.option("--fast", is_flag=True, help="Compare random projections v^T J u instead of "
               "whole Jacobians (PyTorch's fast mode).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON only.")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Worker processes for table checks.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Worker processes for table checks.  [default: the CPU count, at most "
+              f"{MAX_AUTO_JOBS}]")
 @click.option("--mode", type=click.Choice(["eager", "jit", "both"]), default="both",
               show_default=True, help="Run eagerly, through nbgrad.jit, or both.")
 @click.option("--shape", "shapes", multiple=True, metavar="DIMS",
@@ -68,7 +69,7 @@ def cli() -> None:
               "for all arguments or once per --shape.  [default: real]")
 def check(targets: tuple[str, ...], dtype: str, second_order: bool, seed: int | None,
           eps: float | None, atol: float | None, rtol: float | None, fast: bool,
-          as_json: bool, jobs: int, mode: str, shapes: tuple[str, ...],
+          as_json: bool, jobs: int | None, mode: str, shapes: tuple[str, ...],
           domains: tuple[str, ...]) -> int:
     """Gradcheck ops of the derivative table, or a function of yours.
 
@@ -80,6 +81,7 @@ def check(targets: tuple[str, ...], dtype: str, second_order: bool, seed: int | 
     Exits 0 when all checks pass, 1 when any fails, 2 on usage errors.
     """
     modes = ("eager", "jit") if mode == "both" else (mode,)
+    jobs = jobs or auto_jobs()
     if mode == "jit" and not jit_available():
         raise CliError("--mode jit: this nbgrad has no nbgrad.jit yet, so nothing can be "
                        "checked in jit mode (use --mode eager)")

@@ -11,6 +11,7 @@ processes run; everything it returns is plain data (JSON-ready dicts).
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -184,6 +185,22 @@ def check_chunk(names: list[str], opts: CheckOptions) -> list[dict]:
     for name in names:
         rows.extend(check_op(name, opts))
     return rows
+
+
+MAX_AUTO_JOBS = 4  # each worker compiles what it meets: memory grows with the count
+
+
+def auto_jobs() -> int:
+    """Worker processes when ``--jobs`` is not given: the usable CPUs, at most 4.
+
+    The workers share compiled kernels through Numba's on-disk cache, so a cold check
+    compiles most kernels once, in whichever worker meets them first.
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_AUTO_JOBS))
 
 
 def _chunks(names: list[str], jobs: int) -> list[list[str]]:

@@ -1,4 +1,4 @@
-"""In-place ops: ``add_, sub_, mul_, div_, zero_, fill_, clamp_`` and ``t[i] = v``.
+"""In-place ops: ``add_, sub_, mul_, div_, zero_, fill_, copy_, clamp_`` and ``t[i] = v``.
 
 Each computes the out-of-place result through the ordinary op (so the table gives
 its gradient), writes it into the tensor's memory, bumps the version counter shared
@@ -14,10 +14,10 @@ import numpy as np
 
 from ..grad_mode import STATE, no_grad
 from ..tensor import Tensor
-from .elementwise import add, clamp, div, mul, sub
+from .elementwise import add, clamp, div, mul, sub, where
 from .indexing import index_put
 
-__all__ = ["add_", "clamp_", "div_", "fill_", "index_put_", "mul_", "sub_", "zero_"]
+__all__ = ["add_", "clamp_", "copy_", "div_", "fill_", "index_put_", "mul_", "sub_", "zero_"]
 
 
 def _involves_grad(self: Tensor, others) -> bool:
@@ -110,6 +110,16 @@ def fill_(self: Tensor, value) -> Tensor:
         return Tensor._make(np.full(t.shape, value, t.dtype), device=t._device)
 
     return apply_inplace(self, "fill_", fill)
+
+
+def copy_(self: Tensor, src) -> Tensor:
+    """Write ``src`` (broadcast to this tensor's shape) into this tensor; the gradient
+    flows to ``src``, as PyTorch's ``copy_``."""
+    def copy(t: Tensor) -> Tensor:
+        keep = Tensor._make(np.zeros((), np.bool_), device=t._device)
+        return where(keep, t, src)  # src's values broadcast to t's shape; no 0 * inf
+
+    return apply_inplace(self, "copy_", copy, (src,))
 
 
 def zero_(self: Tensor) -> Tensor:

@@ -350,19 +350,19 @@ class Tensor:
     def cuda(self) -> Tensor:
         return self.to("cuda")
 
-    def float(self) -> Tensor:
+    def float(self, memory_format=None) -> Tensor:
         return self.to(dtypes.float32)
 
-    def double(self) -> Tensor:
+    def double(self, memory_format=None) -> Tensor:
         return self.to(dtypes.float64)
 
-    def long(self) -> Tensor:
+    def long(self, memory_format=None) -> Tensor:
         return self.to(dtypes.int64)
 
-    def int(self) -> Tensor:
+    def int(self, memory_format=None) -> Tensor:
         return self.to(dtypes.int32)
 
-    def bool(self) -> Tensor:
+    def bool(self, memory_format=None) -> Tensor:
         return self.to(dtypes.bool_)
 
     def type_as(self, other: Tensor) -> Tensor:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+import scipy.integrate
 import scipy.linalg
 import scipy.spatial.distance
 import scipy.special
@@ -58,6 +59,38 @@ def _np_attention(q, k, v, mask):
     s = np.where(mask, s, -np.inf)
     w = np.exp(s - s.max(-1, keepdims=True))
     return (w / w.sum(-1, keepdims=True)) @ v
+
+
+_SIGNS = np.array([1.0, -1.0, 1.0, -1.0])
+_LABELS = np.array([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
+_MASK = np.array([[True, False, True], [False, False, True]])
+
+
+def _np_cos(a, b):
+    return (a * b).sum(-1) / np.sqrt(((a * a).sum(-1) + 1e-12) * ((b * b).sum(-1) + 1e-12))
+
+
+def _np_put(x, rows, values):
+    out = x.copy()
+    out[rows] = values
+    return out
+
+
+def _np_index_add(x, s):
+    out = x.copy()
+    np.add.at(out.T, [0, 2, 0], 2 * s.T)
+    return out
+
+
+def _np_bilinear_corners(x):
+    def matrix(n_in, n_out):
+        src = np.arange(n_out) * (n_in - 1) / (n_out - 1)
+        lo = np.minimum(np.floor(src).astype(int), n_in - 2)
+        m = np.zeros((n_out, n_in))
+        m[np.arange(n_out), lo] = 1 - (src - lo)
+        m[np.arange(n_out), lo + 1] = src - lo
+        return m
+    return matrix(2, 3) @ x @ matrix(3, 5).T
 
 
 _MEAN, _VAR = np.array([0.1, -0.2, 0.3]), np.array([0.5, 1.5, 2.0])
@@ -216,6 +249,99 @@ CASES = [
          lambda x: np.nanquantile(x, 0.4)),
     Case("logcumsumexp", lambda x: nb.logcumsumexp(x, 1), (_r(2, 4),),
          lambda x: np.log(np.cumsum(np.exp(x), 1))),
+    # losses and activations (nbgrad/ops/losses.py, activations.py)
+    Case("hardsigmoid", F.hardsigmoid, (_r(6) * 2,), lambda x: np.clip(x + 3, 0, 6) / 6),
+    Case("hardswish", F.hardswish, (_r(6) * 2,), lambda x: x * np.clip(x + 3, 0, 6) / 6),
+    Case("softsign", F.softsign, (_r(5),), lambda x: x / (1 + np.abs(x))),
+    Case("tanhshrink", F.tanhshrink, (_r(5),), lambda x: x - np.tanh(x)),
+    Case("prelu", F.prelu, (_r(2, 3, 2), _pos(3)),
+         lambda x, w: np.where(x > 0, x, w[:, None] * x)),
+    Case("rrelu-eval", F.rrelu, (_r(5),), lambda x: np.where(x >= 0, x, x * (1 / 8 + 1 / 3) / 2)),
+    Case("margin_ranking_loss", lambda a, b: F.margin_ranking_loss(a, b, nb.tensor(_SIGNS), 0.1),
+         (_r(4), _r(4)), lambda a, b: np.mean(np.maximum(0, -_SIGNS * (a - b) + 0.1))),
+    Case("soft_margin_loss", lambda x: F.soft_margin_loss(x, nb.tensor(_SIGNS)), (_r(4),),
+         lambda x: np.mean(np.log1p(np.exp(-_SIGNS * x)))),
+    Case("multilabel_soft_margin_loss",
+         lambda x: F.multilabel_soft_margin_loss(x, nb.tensor(_LABELS)), (_r(2, 3),),
+         lambda x: np.mean(np.mean(_LABELS * np.log1p(np.exp(-x))
+                                   + (1 - _LABELS) * np.log1p(np.exp(x)), -1))),
+    Case("hinge_embedding_loss", lambda x: F.hinge_embedding_loss(x, nb.tensor(_SIGNS)),
+         (_r(4),), lambda x: np.mean(np.where(_SIGNS == 1, x, np.maximum(0, 1 - x)))),
+    Case("cosine_embedding_loss",
+         lambda a, b: F.cosine_embedding_loss(a, b, nb.tensor(_SIGNS[:2]), 0.1),
+         (_r(2, 3), _r(2, 3)), lambda a, b: np.mean(np.where(
+             _SIGNS[:2] == 1, 1 - _np_cos(a, b), np.maximum(0, _np_cos(a, b) - 0.1)))),
+    Case("triplet_margin_loss", F.triplet_margin_loss, (_r(2, 3), _r(2, 3), _r(2, 3)),
+         lambda a, p, n: np.mean(np.maximum(0, np.linalg.norm(a - p + 1e-6, axis=-1)
+                                            - np.linalg.norm(a - n + 1e-6, axis=-1) + 1))),
+    Case("pairwise_distance", F.pairwise_distance, (_r(3, 4), _r(3, 4)),
+         lambda a, b: np.linalg.norm(a - b + 1e-6, axis=-1)),
+    # arrays and statistics (nbgrad/ops/arrays.py)
+    Case("deg2rad", nb.deg2rad, (_r(3),), np.deg2rad),
+    Case("fliplr", nb.fliplr, (_r(2, 3),), np.fliplr),
+    Case("dstack", lambda a, b: nb.dstack([a, b]), (_r(2, 3), _r(2, 3)),
+         lambda a, b: np.dstack([a, b])),
+    Case("column_stack", lambda a, b: nb.column_stack([a, b]), (_r(3), _r(3, 2)),
+         lambda a, b: np.column_stack([a, b])),
+    Case("hsplit", lambda x: nb.hsplit(x, 2)[1], (_r(2, 4),), lambda x: np.hsplit(x, 2)[1]),
+    Case("repeat_interleave", lambda x: nb.repeat_interleave(x, nb.tensor([1, 0, 2]), 0),
+         (_r(3, 2),), lambda x: np.repeat(x, [1, 0, 2], 0)),
+    Case("cartesian_prod", lambda a, b: nb.cartesian_prod(a, b), (_r(2), _r(3)),
+         lambda a, b: np.array([[u, v] for u in a for v in b])),
+    Case("diagflat", lambda x: nb.diagflat(x, 1), (_r(2, 2),), lambda x: np.diagflat(x, 1)),
+    Case("sum_to_size", lambda x: nb.sum_to_size(x, (1, 3)), (_r(2, 3),),
+         lambda x: x.sum(0, keepdims=True)),
+    Case("cov", lambda x, w: nb.cov(x, aweights=w), (_r(2, 5), _pos(5)),
+         lambda x, w: np.cov(x, aweights=w)),
+    Case("corrcoef", nb.corrcoef, (_r(3, 6),), np.corrcoef),
+    Case("cumulative_trapezoid", lambda y, x: nb.cumulative_trapezoid(y, x),
+         (_r(2, 5), np.sort(_r(5))),
+         lambda y, x: scipy.integrate.cumulative_trapezoid(y, x, axis=-1)),
+    # linear algebra (nbgrad/ops/matrix_functions.py)
+    Case("vector_norm", lambda x: nb.linalg.vector_norm(x, 3, 1), (_r(2, 3),),
+         lambda x: np.linalg.norm(x, 3, axis=1)),
+    Case("matrix_norm-inf", lambda a: nb.linalg.matrix_norm(a, np.inf), (_r(3, 3),),
+         lambda a: np.linalg.norm(a, np.inf)),
+    Case("matrix_norm-1", lambda a: nb.linalg.matrix_norm(a, 1), (_r(2, 3, 3),),
+         lambda a: np.stack([np.linalg.norm(m, 1) for m in a])),
+    Case("linalg.norm", lambda x: nb.linalg.norm(x), (_r(2, 3),), np.linalg.norm),
+    Case("vecdot", lambda a, b: nb.linalg.vecdot(a, b), (_r(2, 3), _r(3)),
+         lambda a, b: (a * b).sum(-1)),
+    Case("vander", lambda x: nb.linalg.vander(x), (_r(4),),
+         lambda x: np.vander(x, increasing=True)),
+    Case("cholesky_inverse", nb.cholesky_inverse, (_L,), lambda L: np.linalg.inv(L @ L.T)),
+    Case("triangular_solve", lambda b, L: nb.triangular_solve(b, L, upper=False).solution,
+         (_r(3, 2), _L), lambda b, L: scipy.linalg.solve_triangular(L, b, lower=True)),
+    # selection (nbgrad/ops/selection.py)
+    Case("index_add", lambda x, s: nb.index_add(x, 1, nb.tensor([0, 2, 0]), s, alpha=2),
+         (_r(2, 3), _r(2, 3)), _np_index_add),
+    Case("index_copy", lambda x, s: nb.index_copy(x, 0, nb.tensor([2, 0]), s),
+         (_r(3, 2), _r(2, 2)), lambda x, s: _np_put(x, [2, 0], s)),
+    Case("index_fill", lambda x: nb.index_fill(x, 1, nb.tensor([1, 1]), -1.5), (_r(2, 3),),
+         lambda x: _np_put(x.T, [1], np.full((1, 2), -1.5)).T),
+    Case("masked_select", lambda x: nb.masked_select(x, nb.tensor(_MASK)), (_r(2, 3),),
+         lambda x: x[_MASK]),
+    # resampling (nbgrad/ops/resampling.py)
+    Case("avg_pool1d", lambda x: F.avg_pool1d(x, 2), (_r(1, 2, 6),),
+         lambda x: x.reshape(1, 2, 3, 2).mean(-1)),
+    Case("adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, (2, 3)), (_r(1, 1, 4, 6),),
+         lambda x: x.reshape(1, 1, 2, 2, 3, 2).mean((3, 5))),
+    Case("adaptive_max_pool1d", lambda x: F.adaptive_max_pool1d(x, 3), (_r(1, 2, 6),),
+         lambda x: x.reshape(1, 2, 3, 2).max(-1)),
+    Case("interpolate-nearest", lambda x: F.interpolate(x, scale_factor=2), (_r(1, 1, 2, 3),),
+         lambda x: x.repeat(2, 2).repeat(2, 3)),
+    Case("interpolate-bilinear",
+         lambda x: F.interpolate(x, size=(3, 5), mode="bilinear", align_corners=True),
+         (_r(1, 1, 2, 3),), _np_bilinear_corners),
+    Case("unfold", lambda x: F.unfold(x, 2), (_r(1, 1, 3, 3),),
+         lambda x: np.stack([x[0, 0, i:i + 2, j:j + 2].reshape(-1) for i in range(2)
+                             for j in range(2)], 1)[None]),
+    Case("pixel_shuffle", lambda x: F.pixel_shuffle(x, 2), (_r(1, 4, 2, 3),),
+         lambda x: x.reshape(1, 1, 2, 2, 2, 3).transpose(0, 1, 4, 2, 5, 3).reshape(1, 1, 4, 6)),
+    Case("local_response_norm", lambda x: F.local_response_norm(x, 2), (_r(2, 3, 2),),
+         lambda x: x / (1 + 1e-4 * np.stack([(x[:, max(c - 1, 0):c + 1] ** 2).sum(1) / 2
+                                             for c in range(3)], 1)) ** 0.75),
+
 ]
 
 

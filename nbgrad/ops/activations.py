@@ -16,7 +16,7 @@ from .elementwise import clamp, softplus, where
 from .nn import elu, softmax
 from .pointwise import xlogy
 from .reduction import mean, norm, sum
-from .shape import chunk
+from .shape import broadcast_tensors, chunk
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
@@ -99,6 +99,54 @@ def threshold(self: Tensor, threshold: float, value: float) -> Tensor:
     return where(x > float(threshold), x, float(value))
 
 
+def hardsigmoid(self: Tensor) -> Tensor:
+    """``relu6(x + 3) / 6``."""
+    return clamp(as_tensor(self) + 3.0, 0.0, 6.0) / 6.0
+
+
+def hardswish(self: Tensor) -> Tensor:
+    """``x * relu6(x + 3) / 6``."""
+    x = as_tensor(self)
+    return x * clamp(x + 3.0, 0.0, 6.0) / 6.0
+
+
+def softsign(self: Tensor) -> Tensor:
+    """``x / (1 + |x|)``."""
+    x = as_tensor(self)
+    return x / (abs(x) + 1.0)
+
+
+def tanhshrink(self: Tensor) -> Tensor:
+    """``x - tanh(x)``."""
+    x = as_tensor(self)
+    return x - x.tanh()
+
+
+def prelu(self: Tensor, weight: Tensor) -> Tensor:
+    """``x`` where positive, else ``weight * x``; ``weight`` has one value or one per
+    channel (dimension 1)."""
+    x, w = as_tensor(self), as_tensor(weight)
+    if w.numel() != 1:
+        if x.ndim < 2 or w.ndim != 1 or w.shape[0] != x.shape[1]:
+            raise RuntimeError(f"prelu: weight of shape {tuple(w.shape)} must have 1 element "
+                               f"or one per channel of the input {tuple(x.shape)}")
+        w = w.reshape((1, -1) + (1,) * (x.ndim - 2))
+    elif w.ndim:
+        w = w.reshape(())
+    return where(x > 0, x, w * x)
+
+
+def rrelu(self: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3,
+          training: bool = False) -> Tensor:
+    """Leaky relu with slope ``(lower + upper) / 2`` (outside training; in training the
+    slopes are random, which is refused here)."""
+    if training:
+        raise NotImplementedError("rrelu: training=True (random slopes) is not supported; "
+                                  "use leaky_relu, or training=False")
+    x = as_tensor(self)
+    return where(x >= 0, x, x * ((float(lower) + float(upper)) / 2))
+
+
 # ------------------------------------------------------------------ normalisation
 def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
     """``x / max(||x||_p, eps)`` over ``dim``."""
@@ -108,8 +156,8 @@ def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) ->
 
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
     """The cosine of the angle between ``x1`` and ``x2`` along ``dim`` (each normalised
-    by ``max(||x||, eps)``, as current PyTorch)."""
-    a, b = promote_operands(x1, x2)
+    by ``max(||x||, eps)``, as current PyTorch), after broadcasting them together."""
+    a, b = broadcast_tensors(*promote_operands(x1, x2))
     a = a / clamp(norm(a, 2.0, dim, keepdim=True), min=float(eps))
     b = b / clamp(norm(b, 2.0, dim, keepdim=True), min=float(eps))
     return sum(a * b, dim)
@@ -172,6 +220,6 @@ def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True,  # n
 
 
 __all__ = ["celu", "cosine_similarity", "gaussian_nll_loss", "glu", "hardshrink",
-           "hardtanh", "huber_loss", "kl_div", "logsigmoid", "mish", "normalize",
-           "poisson_nll_loss", "relu6", "selu", "smooth_l1_loss", "softmin", "softshrink",
-           "threshold"]
+           "hardsigmoid", "hardswish", "hardtanh", "huber_loss", "kl_div", "logsigmoid", "mish",
+           "normalize", "poisson_nll_loss", "prelu", "relu6", "rrelu", "selu", "smooth_l1_loss",
+           "softmin", "softshrink", "softsign", "tanhshrink", "threshold"]

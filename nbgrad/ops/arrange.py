@@ -13,6 +13,7 @@ import numpy as np
 
 from ..tensor import Tensor
 from .dispatch import as_tensor
+from .elementwise import where
 from .indexing import gather
 from .indexing import index as index_at
 from .reduction import sum
@@ -143,6 +144,9 @@ def tensor_split(self: Tensor, indices_or_sections, dim: int = 0) -> tuple[Tenso
     x = as_tensor(self)
     d = _dim(dim, x.ndim, "tensor_split")
     n = x.shape[d]
+    if isinstance(indices_or_sections, Tensor):  # a 0-d tensor: sections; 1-D: indices
+        values = indices_or_sections.numpy()
+        indices_or_sections = int(values) if values.ndim == 0 else values.tolist()
     if isinstance(indices_or_sections, (int, np.integer)):
         k = int(indices_or_sections)
         if k <= 0:
@@ -192,11 +196,14 @@ def diff(self: Tensor, n: int = 1, dim: int = -1, prepend=None, append=None) -> 
 
 def take_along_dim(self: Tensor, indices: Tensor, dim: int | None = None) -> Tensor:
     """``self`` at ``indices`` along ``dim`` (both broadcast but for ``dim``); the flat
-    entries when ``dim`` is None (NumPy's ``take_along_axis``)."""
+    entries when ``dim`` is None (NumPy's ``take_along_axis``). Negative indices count
+    from the end, as PyTorch's."""
     x, idx = as_tensor(self), as_tensor(indices)
     if dim is None:
-        return gather(reshape(x, (-1,)), 0, reshape(idx, (-1,)))
+        idx = reshape(idx, (-1,))
+        return gather(reshape(x, (-1,)), 0, where(idx < 0, idx + x.numel(), idx))
     d = _dim(dim, x.ndim, "take_along_dim")
+    idx = where(idx < 0, idx + x.shape[d], idx)
     if idx.ndim != x.ndim:
         raise RuntimeError(f"take_along_dim: indices of shape {tuple(idx.shape)} need "
                            f"{x.ndim} dimensions")

@@ -10,8 +10,8 @@ import numpy as np
 from ..tensor import Tensor
 from .dispatch import as_tensor
 from .elementwise import where
-from .nn import dropout, softmax
 from .linalg import matmul
+from .nn import dropout, softmax
 from .shape import transpose
 
 __all__ = ["scaled_dot_product_attention"]

@@ -55,14 +55,19 @@ def to_device(self: Tensor, device: str) -> Tensor:
 
 def to(self: Tensor, *args, **kwargs) -> Tensor:
     """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or keywords of the same names;
-    ``copy=True`` returns a copy even when nothing changes (``non_blocking`` is accepted
-    and has no effect)."""
+    ``copy=True`` returns a copy even when nothing changes (``non_blocking`` and
+    ``memory_format`` are accepted and have no effect)."""
     device = kwargs.pop("device", None)
     dtype = kwargs.pop("dtype", None)
     copy = bool(kwargs.pop("copy", False))
     kwargs.pop("non_blocking", None)
+    kwargs.pop("memory_format", None)  # one memory layout here: accepted, no effect
     if kwargs:
         raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}")
+    flags = [a for a in args if isinstance(a, (bool, np.bool_))]  # (non_blocking, copy)
+    args = tuple(a for a in args if not isinstance(a, (bool, np.bool_)))
+    if len(flags) > 1:
+        copy = copy or bool(flags[1])
     for a in args:
         if isinstance(a, (Device,)) or (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda")):
             device = a

@@ -220,6 +220,9 @@ def einsum(equation: str, *operands) -> Tensor:
     ops, and the remaining contractions run pairwise, left to right, as the table op
     ``einsum`` of two operands (one batched BLAS product each).
     """
+    if not isinstance(equation, str) and len(operands) % 2 in (0, 1) and operands \
+            and isinstance(operands[0], (list, tuple)):  # einsum(a, [0, 1], b, [1, 2], [0, 2])
+        equation, operands = _sublist_equation((equation, *operands))
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     if not isinstance(equation, str):
@@ -257,6 +260,32 @@ def _einsum_kernel(equation, operands):
     lhs, out = equation.split("->")
     a_labels, b_labels = lhs.split(",")
     return blas.einsum_pair(operands[0], a_labels, operands[1], b_labels, out)
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _sublist_equation(args: tuple) -> tuple[str, tuple]:
+    """NumPy's and PyTorch's sublist form, ``(a, [0, 1], b, [1, 2], [0, 2])``, as an
+    equation and its operands."""
+    def labels(sub) -> str:
+        out = []
+        for s in sub:
+            if s is Ellipsis:
+                out.append("...")
+            elif isinstance(s, (int, np.integer)) and 0 <= int(s) < len(_LETTERS):
+                out.append(_LETTERS[int(s)])
+            else:
+                raise ValueError(f"einsum: sublist labels must be ints in [0, 52) or ..., "
+                                 f"got {s!r}")
+        return "".join(out)
+
+    pairs = args[:len(args) - len(args) % 2]
+    operands = pairs[0::2]
+    equation = ",".join(labels(sub) for sub in pairs[1::2])
+    if len(args) % 2:
+        equation += "->" + labels(args[-1])
+    return equation, operands
 
 
 @formula_helper

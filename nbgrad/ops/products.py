@@ -168,9 +168,11 @@ def dist(self: Tensor, other: Tensor, p: float = 2.0) -> Tensor:
     return norm(reshape(d, (-1,)), float(p), 0)
 
 
-def cdist(x1: Tensor, x2: Tensor, p: float = 2.0) -> Tensor:
+def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: str | None = None) -> Tensor:
     """The p-norm distances between the rows of ``x1`` (…, P, M) and of ``x2`` (…, R, M):
-    shape (…, P, R); the gradient at a zero distance is 0 (as PyTorch)."""
+    shape (…, P, R); the gradient at a zero distance is 0 (as PyTorch). ``compute_mode``
+    (PyTorch's choice of a faster, less accurate matmul form) is accepted: the distances
+    are always computed directly."""
     a, b = promote_operands(x1, x2)
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-1]:
         raise RuntimeError(f"cdist: expects (..., P, M) and (..., R, M), got shapes "

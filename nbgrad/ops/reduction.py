@@ -458,6 +458,8 @@ def _var_args(op: str, self, dim, correction, keepdim, unbiased, axis):
         dim, unbiased = None, bool(dim)
     if unbiased is not None:
         correction = 1 if unbiased else 0
+    if correction is None:  # torch's spelling of the default
+        correction = 1
     if isinstance(correction, (bool, np.bool_)):  # var(x, dim, unbiased, keepdim)
         correction = int(correction)
     return (self, _norm_dim_attr(_dims_arg(dim, axis)), float(correction), bool(keepdim))

@@ -40,8 +40,11 @@ def _dims(dim, axis):
 
 
 def _flat_or(x: Tensor, dim) -> tuple[Tensor, int]:
-    """``(x, dim)``, or ``x`` flattened and 0 when ``dim`` is None."""
-    if dim is None:
+    """``(x, dim)``, or ``x`` flattened and 0 when ``dim`` is None or ``x`` is 0-d (whose
+    only dims are 0 and -1)."""
+    if dim is None or x.ndim == 0:
+        if dim is not None:
+            _dim(dim, 1, "reduction")
         return reshape(x, (-1,)), 0
     return x, _dim(dim, x.ndim, "reduction")
 
@@ -79,6 +82,8 @@ def nanmean(self: Tensor, dim=None, keepdim: bool = False, *, axis=None) -> Tens
 def var_mean(self: Tensor, dim=None, correction: float = 1, keepdim: bool = False, *,
              unbiased: bool | None = None, axis=None) -> tuple[Tensor, Tensor]:
     """``(var, mean)`` over ``dim``."""
+    if isinstance(dim, (bool, np.bool_)):  # torch's var_mean(x, unbiased)
+        dim, unbiased = None, bool(dim)
     d = _dims(dim, axis)
     v = var(self, d, correction, keepdim, unbiased=unbiased)
     return v, mean(self, d, keepdim)
@@ -87,6 +92,8 @@ def var_mean(self: Tensor, dim=None, correction: float = 1, keepdim: bool = Fals
 def std_mean(self: Tensor, dim=None, correction: float = 1, keepdim: bool = False, *,
              unbiased: bool | None = None, axis=None) -> tuple[Tensor, Tensor]:
     """``(std, mean)`` over ``dim``."""
+    if isinstance(dim, (bool, np.bool_)):  # torch's std_mean(x, unbiased)
+        dim, unbiased = None, bool(dim)
     d = _dims(dim, axis)
     s = std(self, d, correction, keepdim, unbiased=unbiased)
     return s, mean(self, d, keepdim)
@@ -105,14 +112,13 @@ def argsort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool 
 
 def kthvalue(self: Tensor, k: int, dim: int = -1, keepdim: bool = False) -> ValuesIndices:
     """The ``k``-th smallest value along ``dim`` (1-based) and its index."""
-    x = as_tensor(self)
-    x, d = _flat_or(x, dim) if x.ndim else (reshape(x, (1,)), 0)
+    x, d = _flat_or(as_tensor(self), dim)
     n = x.shape[d]
     if not 1 <= k <= n:
         raise IndexError(f"kthvalue: k={k} is out of range for dim {d} of size {n}")
     values, indices = sort(x, d)
     pick = _at(values, d, k - 1), _at(indices, d, k - 1)
-    if keepdim:
+    if keepdim and as_tensor(self).ndim:  # a 0-d input gives 0-d results (as torch)
         return ValuesIndices(*(unsqueeze(p, d) for p in pick))
     return ValuesIndices(*pick)
 
@@ -145,6 +151,7 @@ def nanmedian(self: Tensor, dim=None, keepdim: bool = False):
 
 
 def _median(op: str, x, dim, keepdim: bool, nan_aware: bool):
+    keepdim = keepdim and as_tensor(x).ndim > 0  # a 0-d input gives 0-d results (as torch)
     values, indices, d, count = _order_statistic(op, x, dim, nan_aware)
     n = values.shape[d]
     if n == 0:
@@ -187,6 +194,7 @@ def _quantile(op: str, x, q, dim, keepdim: bool, interpolation: str, nan_aware: 
                                   np.float64))
     if qs.ndim != 1 or (qs.size and (qs.min() < 0 or qs.max() > 1)):
         raise ValueError(f"{op}: q must be a number or a 1-D tensor of values in [0, 1]")
+    keepdim = keepdim and as_tensor(x).ndim > 0  # a 0-d input gives 0-d results (as torch)
     values, _, d, count = _order_statistic(op, x, dim, nan_aware)
     n = values.shape[d]
     if n == 0:

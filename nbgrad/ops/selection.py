@@ -1,0 +1,185 @@
+"""Indexing and selection functions written over table ops: ``index_add``,
+``index_copy``, ``index_fill`` (differentiable through ``index_put``),
+``masked_select``, comparisons (``isclose``, ``allclose``, ``equal``), and the
+data-dependent ones (``nonzero``, ``argwhere``, ``unique``, ``searchsorted``,
+``bucketize``, ``isin``), which read values: they are not differentiable, and inside
+``nbgrad.jit`` they raise, as the size of their result is not known when tracing."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..tensor import Tensor
+from .arrange import movedim
+from .dispatch import as_tensor, promote_operands
+from .indexing import index_put
+from .shape import _dim, broadcast_tensors, reshape
+
+__all__ = ["allclose", "argwhere", "bucketize", "equal", "index_add", "index_copy",
+           "index_fill", "isclose", "isin", "masked_select", "nonzero", "searchsorted",
+           "unique"]
+
+
+def _along(op: str, self, dim: int, index) -> tuple[Tensor, int, Tensor, bool]:
+    x = as_tensor(self)
+    scalar = x.ndim == 0
+    if scalar:
+        x = reshape(x, (1,))
+    d = _dim(dim, x.ndim, op)
+    idx = as_tensor(index)
+    if idx.ndim > 1 or idx.dtype.kind not in "iu":
+        raise RuntimeError(f"{op}: index must be a 1-D integer tensor, got {idx.dtype} of "
+                           f"shape {tuple(idx.shape)}")
+    return x, d, reshape(idx, (-1,)), scalar
+
+
+def _put(op: str, self, dim: int, index, values, accumulate: bool) -> Tensor:
+    x, d, idx, scalar = _along(op, self, dim, index)
+    v = as_tensor(values)
+    if v.ndim == 0 or scalar:
+        v = reshape(v, (-1,) if scalar else v.shape)
+    if v.ndim:
+        v = movedim(v, d, 0) if v.ndim == x.ndim else v
+    out = movedim(index_put(movedim(x, d, 0), (idx,), v, accumulate), 0, d)
+    return reshape(out, ()) if scalar else out
+
+
+def index_add(self: Tensor, dim: int, index: Tensor, source: Tensor, *,
+              alpha: float = 1) -> Tensor:
+    """``self`` with ``alpha * source`` added at ``index`` along ``dim`` (repeated
+    indices accumulate)."""
+    src = as_tensor(source)
+    return _put("index_add", self, dim, index, src if alpha == 1 else src * alpha, True)
+
+
+def index_copy(self: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
+    """``self`` with the slices of ``source`` written at ``index`` along ``dim``."""
+    return _put("index_copy", self, dim, index, source, False)
+
+
+def index_fill(self: Tensor, dim: int, index: Tensor, value) -> Tensor:
+    """``self`` with the slices at ``index`` along ``dim`` set to ``value``."""
+    x = as_tensor(self)
+    v = as_tensor(value).to(x.dtype) if isinstance(value, Tensor) else as_tensor(
+        np.asarray(value, x.dtype))
+    if v.ndim:
+        raise RuntimeError(f"index_fill: value must be a number or a 0-d tensor, got shape "
+                           f"{tuple(v.shape)}")
+    # each slice is filled once however often its index repeats (value's gradient counts it
+    # once)
+    index = as_tensor(np.unique(_values("index_fill", index)).astype(np.int64))
+    return _put("index_fill", x, dim, index, v, False)
+
+
+def masked_select(self: Tensor, mask: Tensor) -> Tensor:
+    """The entries where ``mask`` (broadcast with ``self``) is True, as a 1-D tensor."""
+    x, m = broadcast_tensors(as_tensor(self), as_tensor(mask))
+    if m.dtype != np.bool_:
+        raise TypeError(f"masked_select: mask must be a bool tensor, got {m.dtype}")
+    return x[m]
+
+
+def isclose(self: Tensor, other: Tensor, rtol: float = 1e-5, atol: float = 1e-8,
+            equal_nan: bool = False) -> Tensor:
+    """``|self - other| <= atol + rtol * |other|`` (equal infinities match; NaNs match
+    each other with ``equal_nan``)."""
+    a, b = promote_operands(self, other)
+    if a.dtype.kind in "biu" and b.dtype.kind in "biu":
+        close = (a - b).abs() <= atol + rtol * b.abs() if a.dtype != np.bool_ else a == b
+        return close | (a == b)
+    finite = (a - b).abs() <= atol + rtol * b.abs()
+    out = (a == b) | (finite & a.isfinite() & b.isfinite())
+    if equal_nan:
+        out = out | (a.isnan() & b.isnan())
+    return out
+
+
+def allclose(self: Tensor, other: Tensor, rtol: float = 1e-5, atol: float = 1e-8,
+             equal_nan: bool = False) -> bool:
+    return bool(isclose(self, other, rtol, atol, equal_nan).all())
+
+
+def equal(self: Tensor, other: Tensor) -> bool:
+    """Whether both have one shape and equal entries."""
+    a, b = as_tensor(self), as_tensor(other)
+    return a.shape == b.shape and bool((a == b).all())
+
+
+# ------------------------------------------------------------------ data-dependent
+def _values(op: str, t) -> np.ndarray:
+    return np.asarray(as_tensor(t).detach())  # raises inside nbgrad.jit (shape unknown)
+
+
+def nonzero(self: Tensor, *, as_tuple: bool = False):
+    """The indices of the nonzero entries: an (n, ndim) int64 tensor, or one 1-D tensor
+    per dimension with ``as_tuple``."""
+    values = _values("nonzero", self)
+    if values.ndim == 0:  # one entry with no index dimensions (as torch)
+        hit = int(bool(values))
+        if as_tuple:
+            return (as_tensor(np.zeros(hit, np.int64)),)
+        return as_tensor(np.zeros((hit, 0), np.int64))
+    found = np.nonzero(values)
+    if as_tuple:
+        return tuple(as_tensor(i.astype(np.int64)) for i in found)
+    return as_tensor(np.stack(found, 1).astype(np.int64).reshape(-1, len(found)))
+
+
+def argwhere(self: Tensor) -> Tensor:
+    return nonzero(self)
+
+
+def unique(self: Tensor, sorted: bool = True, return_inverse: bool = False,  # noqa: A002
+           return_counts: bool = False, dim: int | None = None):
+    """The distinct entries (or slices along ``dim``), sorted; with their inverse
+    indices and counts when asked."""
+    x = _values("unique", self)
+    out = np.unique(x, return_inverse=True, return_counts=True,
+                    axis=None if dim is None else _dim(dim, x.ndim, "unique"))
+    values, inverse, counts = out
+    results = [as_tensor(values)]
+    if return_inverse:
+        results.append(as_tensor(inverse.reshape(x.shape if dim is None else (-1,))
+                                 .astype(np.int64)))
+    if return_counts:
+        results.append(as_tensor(counts.astype(np.int64)))
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def searchsorted(sorted_sequence: Tensor, input, *, out_int32: bool = False,  # noqa: A002
+                 right: bool = False, side: str | None = None, sorter=None) -> Tensor:
+    """Where ``input``'s values would go in ``sorted_sequence`` (its last dimension,
+    row by row for a stack) to keep it sorted."""
+    seq = _values("searchsorted", sorted_sequence)
+    vals = _values("searchsorted", input)
+    if side is not None:
+        if side not in ("left", "right") or (right and side == "left"):
+            raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
+        right = side == "right"
+    if sorter is not None:
+        seq = np.take_along_axis(seq, _values("searchsorted", sorter), -1)
+    how = "right" if right else "left"
+    if seq.ndim <= 1:
+        out = np.searchsorted(seq, vals, side=how)
+    else:
+        if seq.shape[:-1] != vals.shape[:-1]:
+            raise RuntimeError(f"searchsorted: leading dims of sorted_sequence "
+                               f"{seq.shape} and input {vals.shape} differ")
+        flat_s, flat_v = seq.reshape(-1, seq.shape[-1]), vals.reshape(-1, vals.shape[-1])
+        out = np.stack([np.searchsorted(s, v, side=how) for s, v in
+                        zip(flat_s, flat_v, strict=True)]).reshape(vals.shape)
+    return as_tensor(np.asarray(out, np.int32 if out_int32 else np.int64))
+
+
+def bucketize(input: Tensor, boundaries: Tensor, *, out_int32: bool = False,  # noqa: A002
+              right: bool = False) -> Tensor:
+    """The bucket of each value among the 1-D sorted ``boundaries``."""
+    return searchsorted(boundaries, input, out_int32=out_int32, right=right)
+
+
+def isin(elements, test_elements, *, assume_unique: bool = False,
+         invert: bool = False) -> Tensor:
+    """Whether each of ``elements`` is among ``test_elements``."""
+    return as_tensor(np.isin(_values("isin", elements), _values("isin", test_elements),
+                             invert=invert))
+

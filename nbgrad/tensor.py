@@ -194,6 +194,16 @@ class Tensor:
         return _OPS.transpose(self, -2, -1)
 
     @property
+    def H(self) -> Tensor:  # noqa: N802 - the conjugate transpose (of a real matrix: T)
+        if self.ndim > 2:
+            raise RuntimeError(f"H: needs a matrix or a vector, got shape {self.shape}")
+        return self.T
+
+    @property
+    def mH(self) -> Tensor:  # noqa: N802
+        return self.mT
+
+    @property
     def is_cuda(self) -> bool:
         return self._device.type == "cuda"
 
@@ -392,6 +402,8 @@ class Tensor:
 
     def __rtruediv__(self, other):
         return _OPS.div(other, self)
+
+    __rdiv__ = __rtruediv__  # the Python 2 name, still called by PyTorch-style code
 
     def __pow__(self, other):
         return _OPS.pow(self, other)

@@ -39,6 +39,7 @@ class Case:
     ref: Callable | None = None     # of NumPy arrays
     grad: bool = True
     second: bool = True
+    jit: bool = True                # False: reads values (raises inside nbgrad.jit)
 
     def __repr__(self) -> str:
         return self.name
@@ -342,6 +343,21 @@ CASES = [
          lambda x: x / (1 + 1e-4 * np.stack([(x[:, max(c - 1, 0):c + 1] ** 2).sum(1) / 2
                                              for c in range(3)], 1)) ** 0.75),
 
+    # variants (nbgrad/ops/variants.py)
+    Case("select_scatter", lambda x, s: nb.select_scatter(x, s, 1, -1), (_r(2, 3), _r(2)),
+         lambda x, s: np.concatenate([x[:, :2], s[:, None]], 1)),
+    Case("slice_scatter", lambda x, s: nb.slice_scatter(x, s, 0, 0, 4, 2), (_r(4, 2), _r(2, 2)),
+         lambda x, s: _np_put(x, [0, 2], s)),
+    Case("diagonal_scatter", lambda x, s: nb.diagonal_scatter(x, s, 1), (_r(3, 4), _r(3)),
+         lambda x, s: x - np.diag(np.diagonal(x, 1), 1)[:3, :4] + np.diag(s, 1)[:3, :4]),
+    Case("cummax", lambda x: nb.cummax(x, 1).values, (_r(2, 5),),
+         lambda x: np.maximum.accumulate(x, 1), jit=False),
+    Case("cummin", lambda x: nb.cummin(x, 0).values, (_r(4, 2),),
+         lambda x: np.minimum.accumulate(x, 0), jit=False),
+    Case("ldexp", lambda x: nb.ldexp(x, nb.tensor([1, -2, 3])), (_r(3),),
+         lambda x: np.ldexp(x, [1, -2, 3])),
+    Case("transpose_copy", lambda x: nb.transpose_copy(x, 0, 1), (_r(2, 3),), lambda x: x.T),
+
 ]
 
 
@@ -366,7 +382,7 @@ def test_gradcheck_first_and_second_order(case):
         assert gradgradcheck(case.fn, _inputs(case))
 
 
-@pytest.mark.parametrize("case", CASES, ids=repr)
+@pytest.mark.parametrize("case", [c for c in CASES if c.jit], ids=repr)
 def test_jit_tiers_equal_eager(case):
     """The sum of squares and its gradient (every input), as one jitted graph
     (``jit(value_and_grad(...))``) in each tier, equal eager mode."""
@@ -432,3 +448,29 @@ def test_logcumsumexp_handles_large_and_minus_infinite_values():
     out = nb.logcumsumexp(x, 1).numpy()
     np.testing.assert_allclose(out[0], [1000.0, 1000.0 + math.log(2), 1000.0 + math.log(2)])
     np.testing.assert_array_equal(out[1], -np.inf)
+
+
+def test_feature_dropout_zeroes_whole_channels():
+    x = nb.tensor(np.ones((4, 6, 3, 3)))
+    y = F.dropout2d(x, 0.5)
+    per_channel = y.numpy().reshape(4, 6, 9)
+    assert np.all((per_channel == 0).all(-1) | (per_channel == 2.0).all(-1))
+    np.testing.assert_array_equal(F.dropout2d(x, 0.5, training=False).numpy(), x.numpy())
+
+
+def test_index_factories_and_identities_match_numpy():
+    np.testing.assert_array_equal(nb.tril_indices(3, 4, 1).numpy(), np.tril_indices(3, 1, 4))
+    np.testing.assert_array_equal(nb.triu_indices(4, 3).numpy(), np.triu_indices(4, 0, 3))
+    np.testing.assert_allclose(nb.logspace(0, 2, 5, base=2.0).numpy(),
+                               np.logspace(0, 2, 5, base=2))
+    x = nb.tensor(np.array([-1.5, 0.0, 2.0, np.nan]))
+    np.testing.assert_array_equal(nb.angle(x).numpy(), np.angle(x.numpy()))
+    assert nb.conj(x) is x and nb.real(x) is x
+    np.testing.assert_array_equal(nb.cummax(nb.tensor([1.0, 3.0, 3.0, 2.0]), 0).indices.numpy(),
+                                  [0, 1, 2, 2])  # the last position of a tie, as PyTorch
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c.jit], ids=repr)
+def test_value_dependent_ops_raise_inside_jit(case):
+    with pytest.raises(nb.errors.TracerError):
+        nb.jit(case.fn)(*_inputs(case))

@@ -65,6 +65,7 @@ _CALLS: dict[str, Callable] = {
     "polygamma": lambda x, n, **kwargs: nb.polygamma(n, x, **kwargs),
     "special.polygamma": lambda x, n, **kwargs: nb.special.polygamma(n, x, **kwargs),
     "zero_": lambda x: x.clone().zero_(),
+    "T": lambda x: x.T, "mT": lambda x: x.mT, "H": lambda x: x.H, "mH": lambda x: x.mH,
     "einsum": lambda tensors, equation: nb.einsum(equation, *tensors),
     "nn.functional.embedding": lambda weight, idx, **kwargs: nb.nn.functional.embedding(
         idx, weight, **kwargs),

@@ -32,8 +32,9 @@ from .traits import Elementwise, Matmul, NativePlan, Opaque
 
 __all__ = [
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout",
-    "elu", "embedding", "gelu", "layer_norm", "leaky_relu", "linear", "l1_loss",
-    "log_softmax", "mse_loss", "nll_loss", "one_hot", "silu", "softmax",
+    "dropout1d", "dropout2d", "dropout3d", "elu", "embedding", "gelu", "layer_norm",
+    "leaky_relu", "linear", "l1_loss", "log_softmax", "mse_loss", "nll_loss", "one_hot",
+    "silu", "softmax",
 ]
 
 silu = _elementwise.silu  # registered from its scalar expression
@@ -551,6 +552,36 @@ def dropout(self: Tensor, p: float = 0.5, training: bool = True, inplace: bool =
     if not training or float(p) == 0.0:
         return x
     return apply(get("dropout"), (x, float(p), True, False, generator))[0]
+
+
+def _feature_dropout(op: str, x, p: float, training: bool, spatial: int) -> Tensor:
+    """Whole channels zeroed: one mask value per (sample, channel), drawn by dropout."""
+    x = _float_tensor(x, op)
+    if x.ndim not in (spatial + 1, spatial + 2):
+        raise ValueError(f"{op}: expected a {spatial + 1}-D or {spatial + 2}-D input, got "
+                         f"shape {tuple(x.shape)}")
+    if not training or float(p) == 0.0:
+        return x
+    lead = x.shape[:x.ndim - spatial]
+    ones = Tensor._make(np.ones(lead + (1,) * spatial, x.dtype), device=x._device)
+    return x * dropout(ones, p, True)
+
+
+def dropout1d(input: Tensor, p: float = 0.5, training: bool = True,  # noqa: A002
+              inplace: bool = False) -> Tensor:
+    """Zero whole channels of (N, C, L) or (C, L) inputs with probability ``p``."""
+    return _feature_dropout("dropout1d", input, p, training, 1)
+
+
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True,  # noqa: A002
+              inplace: bool = False) -> Tensor:
+    """Zero whole channels of (N, C, H, W) or (C, H, W) inputs with probability ``p``."""
+    return _feature_dropout("dropout2d", input, p, training, 2)
+
+
+def dropout3d(input: Tensor, p: float = 0.5, training: bool = True,  # noqa: A002
+              inplace: bool = False) -> Tensor:
+    return _feature_dropout("dropout3d", input, p, training, 3)
 
 
 # ------------------------------------------------------------------ embedding, linear

@@ -83,6 +83,44 @@ def _np_index_add(x, s):
     return out
 
 
+def _np_conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1, strides=None):
+    """The scatter form: each input entry adds ``x * w`` at its window."""
+    sh, sw = strides or (stride, stride)
+    N, C, H, W = x.shape
+    _, O, kh, kw = w.shape
+    full = np.zeros((N, O, (H - 1) * sh + kh + output_padding, (W - 1) * sw + kw
+                     + output_padding))
+    for i in range(H):
+        for j in range(W):
+            full[:, :, i * sh:i * sh + kh, j * sw:j * sw + kw] += np.einsum(
+                "nc,cokl->nokl", x[:, :, i, j], w)
+    end_h, end_w = full.shape[2] - padding, full.shape[3] - padding
+    if strides is not None:  # 1-D: padding only along the width
+        return full[:, :, :, padding:end_w] + b[None, :, None, None]
+    return full[:, :, padding:end_h, padding:end_w] + b[None, :, None, None]
+
+
+_UNPOOL = np.array([[[[0, 3], [9, 14]]]])
+
+
+def _np_unpool(x):
+    out = np.zeros(16)
+    out[_UNPOOL.reshape(-1)] = x.reshape(-1)
+    return out.reshape(1, 1, 4, 4)
+
+
+def _np_put_flat(x, index, s):
+    out = x.copy().reshape(-1)
+    np.add.at(out, index, s)
+    return out.reshape(x.shape)
+
+
+def _np_masked_scatter(x, mask, s):
+    out = x.copy()
+    out[mask] = s[:mask.sum()]
+    return out
+
+
 def _np_bilinear_corners(x):
     def matrix(n_in, n_out):
         src = np.arange(n_out) * (n_in - 1) / (n_out - 1)
@@ -358,6 +396,21 @@ CASES = [
          lambda x: np.ldexp(x, [1, -2, 3])),
     Case("transpose_copy", lambda x: nb.transpose_copy(x, 0, 1), (_r(2, 3),), lambda x: x.T),
 
+    Case("conv_transpose2d", lambda x, w, b: F.conv_transpose2d(x, w, b, 2, 1, 1),
+         (_r(1, 2, 3, 3), _r(2, 3, 3, 3), _r(3)), _np_conv_transpose2d),
+    Case("conv_transpose1d", lambda x, w: F.conv_transpose1d(x, w, stride=2),
+         (_r(1, 2, 4), _r(2, 1, 3)),
+         lambda x, w: _np_conv_transpose2d(x[:, :, None], w[:, :, None], np.zeros(1), 2, 0,
+                                           0, (1, 2))[:, :, 0]),
+
+    Case("put", lambda x, s: nb.put(x, nb.tensor([5, 0, 5]), s, accumulate=True),
+         (_r(2, 3), _r(3)), lambda x, s: _np_put_flat(x, [5, 0, 5], s)),
+    Case("masked_scatter", lambda x, s: nb.masked_scatter(x, nb.tensor(_MASK), s),
+         (_r(2, 3), _r(5)), lambda x, s: _np_masked_scatter(x, _MASK, s)),
+    Case("pdist", F.pdist, (_r(4, 3),), scipy.spatial.distance.pdist),
+    Case("max_unpool2d", lambda x: F.max_unpool2d(x, nb.tensor(_UNPOOL), 2),
+         (_r(1, 1, 2, 2),), lambda x: _np_unpool(x)),
+
 ]
 
 
@@ -474,3 +527,15 @@ def test_index_factories_and_identities_match_numpy():
 def test_value_dependent_ops_raise_inside_jit(case):
     with pytest.raises(nb.errors.TracerError):
         nb.jit(case.fn)(*_inputs(case))
+
+
+def test_counting_and_runs_match_numpy():
+    x = nb.tensor(np.array([3, 1, 1, 2, 2, 2, 5]))
+    np.testing.assert_array_equal(nb.bincount(x, minlength=7).numpy(),
+                                  np.bincount(x.numpy(), minlength=7))
+    values, inverse, counts = nb.unique_consecutive(x, True, True)
+    np.testing.assert_array_equal(values.numpy(), [3, 1, 2, 5])
+    np.testing.assert_array_equal(inverse.numpy(), [0, 1, 1, 2, 2, 2, 3])
+    np.testing.assert_array_equal(counts.numpy(), [1, 2, 3, 1])
+    y = nb.tensor(np.array([0.5, 1.5, 1.7, 3.0, 9.0]))
+    np.testing.assert_array_equal(nb.histc(y, 3, 0, 3).numpy(), [1.0, 2.0, 1.0])

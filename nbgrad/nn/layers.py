@@ -21,7 +21,8 @@ from . import functional as F
 from .module import Module, Parameter
 
 __all__ = [
-    "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "CrossEntropyLoss",
+    "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "ConvTranspose2d",
+    "CrossEntropyLoss",
     "Dropout", "Embedding", "Flatten", "GELU", "GroupNorm", "Identity", "LayerNorm",
     "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "MaxPool2d", "RMSNorm", "ReLU", "SiLU",
     "Sigmoid", "Softmax", "Tanh",
@@ -104,6 +105,27 @@ class Conv2d(_ConvNd):
     def forward(self, x: Tensor) -> Tensor:
         return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
                         self.groups)
+
+
+class ConvTranspose2d(_ConvNd):
+    """Transposed 2-D convolution of (N, C, H, W) inputs (weight (C_in, C_out / groups,
+    kh, kw), as PyTorch)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1,
+                 padding=0, output_padding=0, groups: int = 1, bias: bool = True,
+                 dilation=1, dtype: Any = None) -> None:
+        super().__init__(out_channels, in_channels, kernel_size, stride, padding, dilation,
+                         groups, bias=False, dtype=dtype)
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.output_padding = output_padding
+        fan_in = out_channels // groups * math.prod(self.kernel_size)
+        bound = 1.0 / math.sqrt(fan_in) if fan_in else 0.0
+        if bias:
+            self.bias = _uniform((out_channels,), bound, dtype)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
+                                  self.output_padding, self.groups, self.dilation)
 
 
 class Embedding(Module):

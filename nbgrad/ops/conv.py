@@ -17,15 +17,15 @@ from ..kernels import conv as ck
 from ..kernels.layout import call_native
 from ..tensor import Tensor
 from .convert import to_dtype
-from .dispatch import apply, promote_operands
+from .dispatch import apply, as_tensor, promote_operands
 from .registry import formula_helper, get, kernel, op_function
-from .shape import pad, squeeze, unsqueeze
+from .shape import pad, reshape, squeeze, unsqueeze
 from .traits import NativePlan, Opaque
 
 # ``pad`` lives in nbgrad.ops.shape; it is listed here too so that nbgrad.nn.functional
 # (which star-imports this module) has torch's ``F.pad``
 __all__ = ["avg_pool2d", "avg_pool2d_backward", "conv1d", "conv2d", "conv2d_input_backward",
-           "conv2d_weight_backward", "max_pool2d", "pad"]
+           "conv2d_weight_backward", "conv_transpose1d", "conv_transpose2d", "max_pool2d", "pad"]
 
 
 def _pair(value, op: str, name: str, n: int = 2) -> tuple[int, ...]:
@@ -254,6 +254,51 @@ def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     if unbatched:
         out = squeeze(out, 0)
     return out
+
+
+def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None,  # noqa: A002
+                     stride=1, padding=0, output_padding=0, groups: int = 1,
+                     dilation=1) -> Tensor:
+    """The transposed 2-D convolution of ``input`` (N, C_in, H, W) or (C_in, H, W) with
+    ``weight`` (C_in, C_out / groups, kh, kw): the gradient of ``conv2d`` for its input,
+    so it differentiates through ``conv2d_input_backward``."""
+    x, w = _floats("conv_transpose2d", input, weight)
+    unbatched = x.ndim == 3
+    if unbatched:
+        x = unsqueeze(x, 0)
+    if x.ndim != 4 or w.ndim != 4 or x.shape[1] != w.shape[0]:
+        raise RuntimeError(f"conv_transpose2d: expects input (N, C_in, H, W) and weight "
+                           f"(C_in, C_out/groups, kh, kw), got {tuple(x.shape)} and "
+                           f"{tuple(w.shape)}")
+    s, p, op_, d = (_pair(v, "conv_transpose2d", name) for v, name in
+                    ((stride, "stride"), (padding, "padding"),
+                     (output_padding, "output_padding"), (dilation, "dilation")))
+    size = tuple((n - 1) * s[i] - 2 * p[i] + d[i] * (w.shape[2 + i] - 1) + op_[i] + 1
+                 for i, n in enumerate(x.shape[2:]))
+    if min(size) <= 0 or any(op_[i] >= s[i] for i in range(2)):
+        raise RuntimeError(f"conv_transpose2d: output size {size} is not positive, or "
+                           f"output_padding {op_} is not smaller than the stride {s} (larger "
+                           "output padding, which PyTorch allows below the dilation, is not "
+                           "supported)")
+    out = conv2d_input_backward(x, w, (x.shape[0], w.shape[1] * int(groups), *size), s, p, d,
+                                int(groups))
+    if bias is not None:
+        out = out + reshape(bias, (1, -1, 1, 1))
+    return squeeze(out, 0) if unbatched else out
+
+
+def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None,  # noqa: A002
+                     stride=1, padding=0, output_padding=0, groups: int = 1,
+                     dilation=1) -> Tensor:
+    """The transposed 1-D convolution (``conv_transpose2d`` of height 1)."""
+    x = as_tensor(input)
+    def one(v) -> tuple[int, int]:
+        return 1, int(v[0] if isinstance(v, (tuple, list)) else v)
+
+    out = conv_transpose2d(unsqueeze(x, -2), unsqueeze(weight, -2), bias, one(stride),
+                           (0, one(padding)[1]), (0, one(output_padding)[1]), groups,
+                           one(dilation))
+    return squeeze(out, -2)
 
 
 # ------------------------------------------------------------------ pooling

@@ -3,6 +3,8 @@ PyTorch writes them): each differentiates to any order and lowers natively."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..tensor import Tensor
 from .activations import _reduce
 from .dispatch import as_tensor, promote_operands
@@ -10,7 +12,7 @@ from .elementwise import clamp, softplus, sqrt, where
 from .reduction import mean, norm, sum
 
 __all__ = ["cosine_embedding_loss", "hinge_embedding_loss", "margin_ranking_loss",
-           "multilabel_soft_margin_loss", "pairwise_distance", "soft_margin_loss",
+           "multilabel_soft_margin_loss", "pairwise_distance", "pdist", "soft_margin_loss",
            "triplet_margin_loss"]
 
 
@@ -20,6 +22,18 @@ def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6,
     a, b = promote_operands(x1, x2)
     d = a - b + float(eps)
     return norm(d, float(p), -1 if d.ndim else None, keepdim=keepdim and d.ndim > 0)
+
+
+def pdist(input: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002
+    """The p-norm distances between all pairs of rows ``i < j`` of an (N, M) input, in
+    row-major order of the pairs."""
+    x = as_tensor(input)
+    if x.ndim != 2:
+        raise RuntimeError(f"pdist: expects a 2-D input, got shape {tuple(x.shape)}")
+    rows, cols = np.triu_indices(x.shape[0], 1)
+    a = x.index_select(0, as_tensor(rows.astype(np.int64)))
+    b = x.index_select(0, as_tensor(cols.astype(np.int64)))
+    return norm(a - b, float(p), -1)
 
 
 def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,

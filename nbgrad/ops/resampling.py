@@ -25,6 +25,7 @@ from .shape import pad, permute, reshape, squeeze, transpose, unsqueeze
 __all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
            "adaptive_max_pool1d", "adaptive_max_pool2d", "avg_pool1d", "bilinear",
            "channel_shuffle", "interpolate", "local_response_norm", "max_pool1d",
+           "max_unpool1d", "max_unpool2d",
            "pixel_shuffle", "pixel_unshuffle", "upsample", "upsample_bilinear",
            "upsample_nearest"]
 # ``unfold`` is only ``nbgrad.nn.functional.unfold``: ``Tensor.unfold`` is another op
@@ -240,6 +241,45 @@ def upsample_nearest(input: Tensor, size=None, scale_factor=None) -> Tensor:  # 
 
 def upsample_bilinear(input: Tensor, size=None, scale_factor=None) -> Tensor:  # noqa: A002
     return interpolate(input, size, scale_factor, "bilinear", align_corners=True)
+
+
+# ------------------------------------------------------------------ unpooling
+def _max_unpool(op: str, input, indices, kernel_size, stride, padding, output_size,  # noqa: A002
+                dims: int) -> Tensor:
+    x = _spatial(op, input, dims)
+    k = _sizes(op, kernel_size, dims)
+    s = k if stride is None else _sizes(op, stride, dims)
+    p = _sizes(op, padding, dims)
+    spatial = x.shape[x.ndim - dims:]
+    size = tuple((n - 1) * s[i] - 2 * p[i] + k[i] for i, n in enumerate(spatial))
+    if output_size is not None:
+        size = tuple(output_size)[-dims:]
+    lead = x.shape[:x.ndim - dims]
+    plane = math.prod(size)
+    idx = np.asarray(as_tensor(indices).detach()).reshape(*lead, -1).astype(np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= plane):
+        raise RuntimeError(f"{op}: indices must be in [0, {plane}) for an output of spatial "
+                           f"size {size}")
+    # each value goes to its plane's flat position: one index_put over all planes
+    rows = np.arange(math.prod(lead)).reshape(*lead, 1) * plane + idx
+    zeros = as_tensor(np.zeros(math.prod(lead) * plane, x.dtype))
+    flat = zeros.index_put((as_tensor(rows.reshape(-1)),), reshape(x, (-1,)))
+    return reshape(flat, (*lead, *size))
+
+
+def max_unpool1d(input: Tensor, indices: Tensor, kernel_size, stride=None,  # noqa: A002
+                 padding=0, output_size=None) -> Tensor:
+    """The inverse of :func:`max_pool1d`: each value at the position its index names,
+    zeros elsewhere."""
+    return _max_unpool("max_unpool1d", input, indices, kernel_size, stride, padding,
+                       output_size, 1)
+
+
+def max_unpool2d(input: Tensor, indices: Tensor, kernel_size, stride=None,  # noqa: A002
+                 padding=0, output_size=None) -> Tensor:
+    """The inverse of ``max_pool2d(..., return_indices=True)``."""
+    return _max_unpool("max_unpool2d", input, indices, kernel_size, stride, padding,
+                       output_size, 2)
 
 
 # ------------------------------------------------------------------ rearranging

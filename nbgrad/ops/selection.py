@@ -15,9 +15,9 @@ from .dispatch import as_tensor, promote_operands
 from .indexing import index_put
 from .shape import _dim, broadcast_tensors, reshape
 
-__all__ = ["allclose", "argwhere", "bucketize", "equal", "index_add", "index_copy",
-           "index_fill", "isclose", "isin", "masked_select", "nonzero", "searchsorted",
-           "unique"]
+__all__ = ["allclose", "argwhere", "bincount", "bucketize", "equal", "histc", "index_add",
+           "index_copy", "index_fill", "isclose", "isin", "masked_scatter", "masked_select",
+           "nonzero", "nonzero_static", "put", "searchsorted", "unique", "unique_consecutive"]
 
 
 def _along(op: str, self, dim: int, index) -> tuple[Tensor, int, Tensor, bool]:
@@ -79,6 +79,30 @@ def masked_select(self: Tensor, mask: Tensor) -> Tensor:
     return x[m]
 
 
+def put(self: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) -> Tensor:
+    """``self`` (as if flattened) with ``source`` written (or added) at ``index``."""
+    x = as_tensor(self)
+    idx = reshape(as_tensor(index), (-1,))
+    flat = index_put(reshape(x, (-1,)), (idx,), reshape(as_tensor(source), (-1,)),
+                     accumulate)
+    return reshape(flat, tuple(x.shape))
+
+
+def masked_scatter(self: Tensor, mask: Tensor, source: Tensor) -> Tensor:
+    """``self`` with the entries where ``mask`` (broadcast) is True replaced, in order,
+    by the first entries of ``source``."""
+    x, m = broadcast_tensors(as_tensor(self), as_tensor(mask))
+    where_true = np.flatnonzero(_values("masked_scatter", m))
+    src = reshape(as_tensor(source), (-1,))
+    if where_true.size > src.shape[0]:
+        raise RuntimeError(f"masked_scatter: the mask selects {where_true.size} entries but "
+                           f"source has {src.shape[0]}")
+    taken = src[as_tensor(np.arange(where_true.size))]
+    flat = index_put(reshape(x.clone(), (-1,)), (as_tensor(where_true.astype(np.int64)),),
+                     taken)
+    return reshape(flat, tuple(x.shape))
+
+
 def isclose(self: Tensor, other: Tensor, rtol: float = 1e-5, atol: float = 1e-8,
             equal_nan: bool = False) -> Tensor:
     """``|self - other| <= atol + rtol * |other|`` (equal infinities match; NaNs match
@@ -127,6 +151,62 @@ def nonzero(self: Tensor, *, as_tuple: bool = False):
 
 def argwhere(self: Tensor) -> Tensor:
     return nonzero(self)
+
+
+def nonzero_static(self: Tensor, *, size: int, fill_value: int = -1) -> Tensor:
+    """:func:`nonzero`'s first ``size`` rows, padded with ``fill_value`` to ``size``."""
+    found = nonzero(self).numpy()[:size]
+    out = np.full((size, found.shape[1]), fill_value, np.int64)
+    out[:found.shape[0]] = found
+    return as_tensor(out)
+
+
+def unique_consecutive(self: Tensor, return_inverse: bool = False,
+                       return_counts: bool = False, dim: int | None = None):
+    """Each run of equal consecutive entries (slices along ``dim``) once."""
+    x = _values("unique_consecutive", self)
+    d = None if dim is None else _dim(dim, x.ndim, "unique_consecutive")
+    lines = x.reshape(-1) if d is None else np.moveaxis(x, d, 0)
+    if lines.shape[0] == 0:
+        starts = np.zeros(0, np.int64)
+    else:
+        flat = lines.reshape(lines.shape[0], -1)
+        change = np.any(flat[1:] != flat[:-1], axis=1) if flat.shape[1] else \
+            np.zeros(flat.shape[0] - 1, bool)
+        starts = np.concatenate([[0], np.flatnonzero(change) + 1])
+    values = lines[starts]
+    results = [as_tensor(values if d is None else np.moveaxis(values, 0, d))]
+    if return_inverse:
+        inverse = np.cumsum(np.isin(np.arange(lines.shape[0]), starts)) - 1
+        results.append(as_tensor(inverse.reshape(x.shape if d is None else (-1,))
+                                 .astype(np.int64)))
+    if return_counts:
+        results.append(as_tensor(np.diff(np.append(starts, lines.shape[0])).astype(np.int64)))
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def bincount(self: Tensor, weights: Tensor | None = None, minlength: int = 0) -> Tensor:
+    """How often each non-negative integer occurs (summing ``weights`` if given)."""
+    x = _values("bincount", self)
+    w = None if weights is None else _values("bincount", weights)
+    if x.ndim != 1 or (x.size and x.min() < 0) or x.dtype.kind not in "iu":
+        raise RuntimeError(f"bincount: expects a 1-D tensor of non-negative integers, got "
+                           f"{x.dtype} of shape {x.shape}")
+    out = np.bincount(x, w, minlength)
+    return as_tensor(out if w is not None else out.astype(np.int64))
+
+
+def histc(self: Tensor, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:  # noqa: A002
+    """A histogram of ``bins`` equal bins over [min, max] (the data's range when both
+    are 0); values outside are ignored."""
+    x = _values("histc", self).astype(np.float64).reshape(-1)
+    lo, hi = float(min), float(max)
+    if lo == hi:
+        lo, hi = (float(x.min()), float(x.max())) if x.size else (0.0, 0.0)
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    counts, _ = np.histogram(x[(x >= lo) & (x <= hi)], int(bins), (lo, hi))
+    return as_tensor(counts.astype(as_tensor(self).dtype))
 
 
 def unique(self: Tensor, sorted: bool = True, return_inverse: bool = False,  # noqa: A002

@@ -19,14 +19,15 @@ from .dispatch import as_tensor
 from .elementwise import where
 from .indexing import gather, index_put
 from .linalg import diagonal
-from .shape import expand, permute, squeeze, t, transpose, unbind, unsqueeze
+from .shape import chunk, expand, permute, split, squeeze, t, transpose, unbind, unsqueeze
 
 __all__ = ["alias_copy", "angle", "byte", "char", "conj", "conj_physical", "cummax",
            "cummin", "diagonal_copy", "diagonal_scatter", "expand_copy", "fill",
            "isreal", "ldexp", "logspace", "narrow_copy", "permute_copy", "real",
            "resolve_conj", "resolve_neg", "scalar_tensor", "select_scatter", "short",
            "slice_scatter", "squeeze_copy", "t_copy", "transpose_copy", "tril_indices",
-           "triu_indices", "unbind_copy", "unsqueeze_copy", "view_copy"]
+           "triu_indices", "unbind_copy", "unsafe_chunk", "unsafe_split", "unsqueeze_copy",
+           "split_with_sizes_copy", "view_copy"]
 
 CumExtreme = namedtuple("CumExtreme", ["values", "indices"])
 
@@ -66,6 +67,19 @@ def transpose_copy(self: Tensor, dim0: int, dim1: int) -> Tensor:
 
 def unbind_copy(self: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
     return tuple(part.clone() for part in unbind(self, dim))
+
+
+def split_with_sizes_copy(self: Tensor, split_sizes, dim: int = 0) -> tuple[Tensor, ...]:
+    return tuple(part.clone() for part in split(self, list(split_sizes), dim))
+
+
+def unsafe_chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    """:func:`chunk` (PyTorch's name for the version whose views skip a check)."""
+    return chunk(self, chunks, dim)
+
+
+def unsafe_split(self: Tensor, split_size, dim: int = 0) -> tuple[Tensor, ...]:
+    return split(self, split_size, dim)
 
 
 def unsqueeze_copy(self: Tensor, dim: int) -> Tensor:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import scipy.special as sp
 
-from . import dtypes, linalg, ops
+from . import dtypes, linalg, ops, special
 from .grad_mode import STATE
 from .ops.dispatch import as_tensor
 from .tensor import STATE_TRACE, Tensor
@@ -62,7 +62,7 @@ UFUNCS: dict[np.ufunc, Callable] = {
     np.isinf: ops.isinf,
     np.logaddexp: ops.logaddexp, np.logaddexp2: ops.logaddexp2, np.exp2: ops.exp2,
     np.fmax: ops.fmax, np.fmin: ops.fmin, np.heaviside: ops.heaviside,
-    np.float_power: ops.float_power,
+    np.float_power: ops.float_power, np.copysign: ops.copysign,
 }
 
 
@@ -70,7 +70,11 @@ def _scipy_ufuncs() -> dict:
     """SciPy's special functions that are ufuncs nbgrad has ops for."""
     return {sp.erf: ops.erf, sp.erfc: ops.erfc, sp.gammaln: ops.lgamma,
             sp.psi: ops.digamma, sp.expit: ops.sigmoid, sp.logit: ops.logit,
-            sp.xlogy: ops.xlogy, sp.xlog1py: ops.xlog1py, sp.exp2: ops.exp2}
+            sp.xlogy: ops.xlogy, sp.xlog1py: ops.xlog1py, sp.exp2: ops.exp2,
+            sp.erfinv: ops.erfinv, sp.erfcx: ops.erfcx, sp.ndtr: special.ndtr,
+            sp.ndtri: ops.ndtri, sp.log_ndtr: ops.log_ndtr, sp.i0: ops.i0,
+            sp.i0e: ops.i0e, sp.i1: ops.i1, sp.i1e: ops.i1e, sp.entr: special.entr,
+            sp.betaln: special.betaln}
 
 
 UFUNCS.update(_scipy_ufuncs())
@@ -403,6 +407,11 @@ def _sort(a, axis=-1, kind=None, order=None, *, stable=None):
 @implements(np.argsort)
 def _argsort(a, axis=-1, kind=None, order=None, *, stable=None):
     return _sorted(a, axis, "stable" if stable else kind, order).indices
+
+
+@implements(np.i0)
+def _i0(x):
+    return ops.i0(_t(x))
 
 
 @implements(np.trace)

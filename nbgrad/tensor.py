@@ -438,26 +438,39 @@ class Tensor:
     def __abs__(self):
         return _OPS.abs(self)
 
+    # & | ^ ~ are bitwise, as in NumPy and PyTorch (logical on bools; floats refused)
     def __invert__(self):
-        return _OPS.logical_not(self)
+        return _OPS.bitwise_not(self)
 
     def __and__(self, other):
-        return _OPS.logical_and(self, other)
+        return _OPS.bitwise_and(self, other)
 
     def __or__(self, other):
-        return _OPS.logical_or(self, other)
+        return _OPS.bitwise_or(self, other)
 
     def __xor__(self, other):
-        return _OPS.logical_xor(self, other)
+        return _OPS.bitwise_xor(self, other)
+
+    def __lshift__(self, other):
+        return _OPS.bitwise_left_shift(self, other)
+
+    def __rshift__(self, other):
+        return _OPS.bitwise_right_shift(self, other)
 
     def __rand__(self, other):  # True & t
-        return _OPS.logical_and(other, self)
+        return _OPS.bitwise_and(other, self)
 
     def __ror__(self, other):
-        return _OPS.logical_or(other, self)
+        return _OPS.bitwise_or(other, self)
 
     def __rxor__(self, other):
-        return _OPS.logical_xor(other, self)
+        return _OPS.bitwise_xor(other, self)
+
+    def __rlshift__(self, other):
+        return _OPS.bitwise_left_shift(other, self)
+
+    def __rrshift__(self, other):
+        return _OPS.bitwise_right_shift(other, self)
 
     def __eq__(self, other):  # type: ignore[override]
         return _OPS.eq(self, other)

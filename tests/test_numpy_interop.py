@@ -106,6 +106,8 @@ DOMAIN_SAMPLES = {
     sp.xlogy: [(_DOM.standard_normal((2, 3)), _DOM.uniform(0.5, 2.0, (2, 3)))],
     sp.xlog1py: [(_DOM.standard_normal((2, 3)), _DOM.uniform(0.5, 2.0, (2, 3)))],
     np.heaviside: [(np.array([[-1.0, 0.0, 2.0]]), _DOM.standard_normal((1, 3)))],
+    sp.entr: [(np.array([[0.3, 0.0, 2.0], [1.0, 0.05, 7.5]]),)],
+    sp.betaln: [(_DOM.uniform(0.5, 3.0, (2, 3)), _DOM.uniform(0.5, 3.0, (3,)))],
 }
 
 
@@ -240,6 +242,7 @@ def _function_table(rng) -> dict:
                   ((x,), {"axis": 0}, lambda t: nb.sort(t, 0).values)],
         np.argsort: [((x,), {"axis": 1}, lambda t: nb.sort(t, 1).indices)],
         np.trace: [((m,), {}, lambda t: nb.trace(t))],
+        np.i0: [((x,), {}, lambda t: nb.i0(t))],
         np.isposinf: [((_SPECIAL,), {}, lambda t: t == np.inf)],
         np.isneginf: [((_SPECIAL,), {}, lambda t: t == -np.inf)],
         np.diagonal: [((x,), {"offset": 1}, lambda t: nb.diagonal(t, 1))],
@@ -571,7 +574,9 @@ def test_numpy_never_writes_a_tensor_behind_autograd(modify):
 
 def test_scipy_special_ufuncs_map_too():
     x = nb.tensor([0.3, 1.5], requires_grad=True)
-    for ufunc, fn in ((sp.erf, nb.erf), (sp.gammaln, nb.lgamma), (sp.expit, nb.sigmoid)):
+    for ufunc, fn in ((sp.erf, nb.erf), (sp.gammaln, nb.lgamma), (sp.expit, nb.sigmoid),
+                      (sp.erfinv, nb.erfinv), (sp.log_ndtr, nb.log_ndtr),
+                      (sp.ndtr, nb.special.ndtr)):
         got = nb.grad(lambda t, u=ufunc: u(t).sum())(x)
         want = nb.grad(lambda t, f=fn: f(t).sum())(x)
         _assert_same(got, want)

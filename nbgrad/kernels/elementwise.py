@@ -71,6 +71,15 @@ UNARY: dict[str, ScalarOp] = {op.name: op for op in [
     _u("softplus", "softplus(x, p0, p1)", ("beta", "threshold")),
     _u("erf", "math.erf(x)"),
     _u("erfc", "math.erfc(x)"),
+    # special functions (nbgrad.special); their helpers are long: eager steps in tier 1
+    _u("erfinv", "erfinv(x)", tape="cold"),
+    _u("erfcx", "erfcx(x)", tape="cold"),
+    _u("ndtri", "ndtri(x)", tape="cold"),
+    _u("log_ndtr", "log_ndtr(x)", tape="cold"),
+    _u("i0", "bessel_i0(x)", tape="cold"),
+    _u("i0e", "bessel_i0e(x)", tape="cold"),
+    _u("i1", "bessel_i1(x)", tape="cold"),
+    _u("i1e", "bessel_i1e(x)", tape="cold"),
     _u("floor", "np.floor(x)"),
     _u("ceil", "np.ceil(x)"),
     _u("round", "np.rint(x)"),
@@ -81,6 +90,7 @@ UNARY: dict[str, ScalarOp] = {op.name: op for op in [
     _u("polygamma", "polygamma(int(p0), x)", ("n",), tape="cold"),
     _u("clamp", "x if x != x else min(max(x, p0), p1)", ("min", "max"), kind="same"),
     _u("logical_not", "not x", kind="bool"),
+    _u("bitwise_not", "~x", kind="same", tape="cold"),  # integers only (bools: logical_not)
     # activations of nbgrad.nn.functional (public functions in nbgrad/ops/nn.py)
     _u("leaky_relu", "x if x > 0 else x * p0", ("negative_slope",)),
     _u("elu", "x if x > 0 else p0 * math.expm1(x)", ("alpha",)),
@@ -102,6 +112,7 @@ BINARY: dict[str, ScalarOp] = {op.name: op for op in [
     _u("remainder", "remainder(a, b)", kind="same"),
     _u("floor_divide", "floor_divide(a, b)", kind="same"),
     _u("hypot", "math.hypot(a, b)"),
+    _u("copysign", "math.copysign(a, b)"),
     _u("eq", "a == b", kind="bool"),
     _u("ne", "a != b", kind="bool"),
     _u("lt", "a < b", kind="bool"),
@@ -111,6 +122,13 @@ BINARY: dict[str, ScalarOp] = {op.name: op for op in [
     _u("logical_and", "bool(a) and bool(b)", kind="bool"),
     _u("logical_or", "bool(a) or bool(b)", kind="bool"),
     _u("logical_xor", "bool(a) != bool(b)", kind="bool"),
+    # integer and bool operands only (the public functions refuse floats, as NumPy; the
+    # interpreter's generic float loops cannot hold them, so they run as eager steps there)
+    _u("bitwise_and", "a & b", kind="same", tape="cold", commutative=True),
+    _u("bitwise_or", "a | b", kind="same", tape="cold", commutative=True),
+    _u("bitwise_xor", "a ^ b", kind="same", tape="cold", commutative=True),
+    _u("bitwise_left_shift", "a << b", kind="same", tape="cold"),
+    _u("bitwise_right_shift", "a >> b", kind="same", tape="cold"),
 ]}
 
 # ``where(cond, a, b)`` and ``lerp(a, b, w)``: three operands, broadcast together

@@ -86,7 +86,8 @@ def _register_binary(spec: ew.ScalarOp):
 
 
 #: ops whose public function is written below (other arguments than (self[, other]))
-_EXPLICIT = {"pow", "add", "sub", "div", "round"}
+_EXPLICIT = {"pow", "add", "sub", "div", "round", "neg", "bitwise_and", "bitwise_or", "bitwise_xor",
+             "bitwise_left_shift", "bitwise_right_shift", "bitwise_not"}
 _OWN_KERNEL = {"polygamma"}  # unary ops whose kernel is not (x, *params): defined below
 _FUNCTIONS = {}
 for _spec in ew.UNARY.values():
@@ -95,8 +96,47 @@ for _spec in ew.BINARY.values():
     _FUNCTIONS[_spec.name] = _register_binary(_spec)
 globals().update({k: v for k, v in _FUNCTIONS.items() if v is not None})
 __all__ = sorted([k for k, v in _FUNCTIONS.items() if v is not None]
-                 + ["pow", "add", "sub", "div", "round", "softplus", "clamp", "clamp_tensor",
-                    "clip", "polygamma", "where", "lerp"])
+                 + ["pow", "add", "sub", "div", "round", "neg", "softplus", "clamp", "clamp_tensor",
+                    "clip", "polygamma", "where", "lerp", "bitwise_and", "bitwise_or",
+                    "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "bitwise_not"])
+
+
+def _integers(op: str, *tensors: Tensor, bools: bool = True) -> None:
+    for t in tensors:
+        kind = t._data.dtype.kind
+        if kind not in "iu" and not (bools and kind == "b"):
+            raise TypeError(f"{op}: needs integer{' or bool' if bools else ''} tensors, got "
+                            f"{t._data.dtype} (shape {tuple(t.shape)})")
+
+
+def _bitwise(name: str, doc: str, bools: bool = True):
+    op = get(name)
+
+    def bitwise(self, other) -> Tensor:
+        a, b = promote_operands(self, other)
+        _integers(name, a, b, bools=bools)
+        return apply(op, (a, b))
+
+    bitwise.__name__ = bitwise.__qualname__ = name
+    bitwise.__doc__ = doc
+    return op_function(name)(bitwise)
+
+
+bitwise_and = _bitwise("bitwise_and", "``self & other``, bit by bit (integers, bools).")
+bitwise_or = _bitwise("bitwise_or", "``self | other``, bit by bit (integers, bools).")
+bitwise_xor = _bitwise("bitwise_xor", "``self ^ other``, bit by bit (integers, bools).")
+bitwise_left_shift = _bitwise("bitwise_left_shift", "``self << other`` (integers).", False)
+bitwise_right_shift = _bitwise("bitwise_right_shift", "``self >> other`` (integers).", False)
+
+
+@op_function("bitwise_not")
+def bitwise_not(self) -> Tensor:
+    """``~self``: every bit flipped (integers), or the logical not (bools)."""
+    x = as_tensor(self)
+    _integers("bitwise_not", x)
+    if x._data.dtype.kind == "b":
+        return apply(get("logical_not"), (x,))
+    return apply(get("bitwise_not"), (x,))
 
 
 @op_function("pow")
@@ -124,8 +164,23 @@ def add(self, other, *, alpha=1) -> Tensor:
 
 @op_function("sub")
 def sub(self, other, *, alpha=1) -> Tensor:
-    """``self - alpha * other`` with NumPy broadcasting (``alpha``: torch's scale)."""
-    return _apply_binary(get("sub"), "same", self, _scaled(other, alpha))
+    """``self - alpha * other`` with NumPy broadcasting (``alpha``: torch's scale); two
+    bool operands are refused, as NumPy and PyTorch refuse them."""
+    a, b = promote_operands(self, _scaled(other, alpha))
+    if a._data.dtype.kind == "b" and b._data.dtype.kind == "b":
+        raise TypeError("sub: subtracting bool tensors is not supported; use ^ "
+                        "(bitwise_xor) or logical_xor")
+    return apply(get("sub"), (a, b))
+
+
+@op_function("neg")
+def neg(self) -> Tensor:
+    """``-self``; a bool tensor is refused (use ~ or logical_not), as NumPy and PyTorch."""
+    x = as_tensor(self)
+    if x._data.dtype.kind == "b":
+        raise TypeError("neg: negating a bool tensor is not supported; use ~ "
+                        "(bitwise_not) or logical_not")
+    return apply(get("neg"), (x,))
 
 
 _ROUNDING = {"trunc": "trunc", "floor": "floor"}

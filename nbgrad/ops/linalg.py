@@ -31,7 +31,13 @@ __all__ = ["bmm", "det", "diag", "diagonal", "diagonal_backward", "dot", "einsum
 
 
 def _floats(op: str, a, b) -> tuple[Tensor, Tensor]:
+    """The operands promoted, integers to float64; bools are refused (NumPy's product of
+    bools is a logical one, which a float product would silently get wrong)."""
     a, b = promote_operands(a, b)
+    if a.dtype.kind == "b":
+        raise TypeError(f"{op}: products of bool tensors are not supported (shapes "
+                        f"{tuple(a.shape)} and {tuple(b.shape)}); convert them with .int() "
+                        "or .double() first")
     if a.dtype.kind != "f":
         a, b = to_dtype(a, "float64"), to_dtype(b, "float64")
     return a, b

@@ -63,6 +63,10 @@ def _gt1(rng, shape):
     return rng.uniform(1.2, 3.0, shape)
 
 
+def _prob(rng, shape):
+    return rng.uniform(0.05, 0.95, shape)
+
+
 def _nonzero(rng, shape):
     return rng.uniform(0.5, 2.0, shape) * rng.choice([-1.0, 1.0], shape)
 
@@ -73,7 +77,7 @@ def _nonint(rng, shape):
 
 DOMAINS: dict[str, Callable] = {
     "real": _real, "positive": _positive, "unit": _unit, "gt1": _gt1,
-    "nonzero": _nonzero, "nonint": _nonint,
+    "nonzero": _nonzero, "nonint": _nonint, "prob": _prob,
 }
 
 UNARY_SHAPES = [(), (5,), (2, 3)]

@@ -34,6 +34,7 @@ DOMAIN_OK: dict[str, Callable[[np.ndarray], bool]] = {
     "gt1": lambda a: bool(np.all((a >= 1.1) & (a <= 5))),
     "nonzero": lambda a: bool(np.all((np.abs(a) >= 0.2) & (np.abs(a) <= 5))),
     "nonint": lambda a: bool(np.all(np.abs(a) <= 5)) and _frac_ok(a, halves=True),
+    "prob": lambda a: bool(np.all((a >= 0.05) & (a <= 0.95))),
 }
 
 #: smooth maps of any real value into a domain: (function, source with ``{0}``)
@@ -45,6 +46,7 @@ ADAPTERS: dict[str, tuple[Callable[[Tensor], Tensor], str]] = {
     "gt1": (lambda x: 1.2 + 1.8 * nb.sigmoid(x), "1.2 + 1.8 * nb.sigmoid({0})"),
     "nonzero": (lambda x: 0.5 + 1.5 * nb.sigmoid(x), "0.5 + 1.5 * nb.sigmoid({0})"),
     "nonint": (lambda x: 0.1 + 0.3 * nb.sigmoid(x), "0.1 + 0.3 * nb.sigmoid({0})"),
+    "prob": (lambda x: 0.1 + 0.8 * nb.sigmoid(x), "0.1 + 0.8 * nb.sigmoid({0})"),
 }
 
 

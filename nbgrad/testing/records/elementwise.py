@@ -38,6 +38,14 @@ _UNARY = {
     "relu": ("nonzero", lambda x: np.maximum(x, 0)),
     "erf": ("real", sp.erf),
     "erfc": ("real", sp.erfc),
+    "erfinv": ("unit", sp.erfinv),
+    "erfcx": ("real", sp.erfcx),
+    "ndtri": ("prob", sp.ndtri),
+    "log_ndtr": ("real", sp.log_ndtr),
+    "i0": ("real", sp.i0),
+    "i0e": ("real", sp.i0e),
+    "i1": ("real", sp.i1),
+    "i1e": ("real", sp.i1e),
     "floor": ("nonint", np.floor),
     "ceil": ("nonint", np.ceil),
     "round": ("nonint", np.rint),
@@ -58,6 +66,7 @@ _BINARY = {
     "fmod": ("nonint", "positive", np.fmod),
     "remainder": ("nonint", "positive", np.remainder),
     "hypot": ("nonzero", "nonzero", np.hypot),
+    "copysign": ("nonzero", "nonzero", np.copysign),
 }
 
 _COMPARE = {
@@ -66,6 +75,16 @@ _COMPARE = {
 }
 _LOGICAL = {"logical_and": np.logical_and, "logical_or": np.logical_or,
             "logical_xor": np.logical_xor}
+
+
+_BITWISE = {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
+            "bitwise_xor": np.bitwise_xor, "bitwise_left_shift": np.left_shift,
+            "bitwise_right_shift": np.right_shift}
+
+
+def _int_pairs(rng):
+    return [Sample((rng.integers(-50, 50, (2, 3)), rng.integers(0, 5, (3,))), note="int64"),
+            Sample((rng.random((2, 3)) > 0.5, rng.random((3,)) > 0.5), note="bool")]
 
 
 def _bool_pairs(rng):
@@ -129,6 +148,10 @@ RECORDS = [
     *(OpRecord(name, _bool_pairs, ref=ref, grad=False) for name, ref in _LOGICAL.items()),
     OpRecord("logical_not", lambda rng: [Sample((rng.random((2, 3)) > 0.5,))],
              ref=np.logical_not, grad=False),
+    *(OpRecord(name, lambda rng, name=name: _int_pairs(rng)[:1 if "shift" in name else 2],
+               ref=ref, grad=False) for name, ref in _BITWISE.items()),
+    OpRecord("bitwise_not", lambda rng: [Sample((rng.integers(-50, 50, (2, 3)),))],
+             ref=np.invert, grad=False),
     OpRecord("softplus", unary_samples("real"),
              ref=lambda x: np.logaddexp(0, x)),
     OpRecord("polygamma", _polygamma_samples,

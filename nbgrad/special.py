@@ -27,7 +27,6 @@ __all__ = ["betaln", "digamma", "entr", "erf", "erfc", "erfcx", "erfinv", "expit
            "xlogy"]
 
 _SQRT1_2 = 0.7071067811865476  # 1 / sqrt(2)
-_LOG_PI = math.log(math.pi)
 
 # table ops, under SciPy's names (the same functions as nbgrad.erfinv, nbgrad.i0, ...)
 erf = ops.erf
@@ -77,12 +76,7 @@ def multigammaln(a, d: int) -> Tensor:
         ok = False
     if not ok:
         raise ValueError(f"multigammaln: d must be a positive integer, got {d!r}")
-    d = int(d)
-    a = _float(a)
-    out = ops.lgamma(a)
-    for j in range(1, d):
-        out = out + ops.lgamma(a - 0.5 * j)
-    return out + d * (d - 1) * 0.25 * _LOG_PI
+    return ops.mvlgamma(_float(a), int(d))
 
 
 def entr(x) -> Tensor:

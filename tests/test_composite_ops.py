@@ -411,6 +411,12 @@ CASES = [
     Case("max_unpool2d", lambda x: F.max_unpool2d(x, nb.tensor(_UNPOOL), 2),
          (_r(1, 1, 2, 2),), lambda x: _np_unpool(x)),
 
+    Case("mvlgamma", lambda x: nb.mvlgamma(x, 3), (_pos(4) + 1.5,),
+         lambda x: np.array([scipy.special.multigammaln(v, 3) for v in x])),
+    Case("renorm", lambda x: nb.renorm(x, 2, 0, 1.0), (_r(3, 4),),
+         lambda x: x * np.where(np.linalg.norm(x, axis=1, keepdims=True) > 1.0,
+                                1.0 / (np.linalg.norm(x, axis=1, keepdims=True) + 1e-7), 1.0)),
+
 ]
 
 

@@ -101,7 +101,7 @@ def test_binary_operators_match_numpy(name, dtype):
     a = ARRAYS[dtype]
     b = np.flip(ARRAYS[dtype], 1).copy()
     if name in ("lshift", "rshift") and dtype == "int64":
-        b = np.abs(b) % 5
+        b = np.array([[1, -2, 70], [0, 63, 64], [5, 2, 3]])  # undefined in C: NumPy's results
     if name == "pow" and dtype == "int64":
         b = np.abs(b) % 4
     s = SCALARS[dtype]

@@ -127,8 +127,11 @@ BINARY: dict[str, ScalarOp] = {op.name: op for op in [
     _u("bitwise_and", "a & b", kind="same", tape="cold", commutative=True),
     _u("bitwise_or", "a | b", kind="same", tape="cold", commutative=True),
     _u("bitwise_xor", "a ^ b", kind="same", tape="cold", commutative=True),
-    _u("bitwise_left_shift", "a << b", kind="same", tape="cold"),
-    _u("bitwise_right_shift", "a >> b", kind="same", tape="cold"),
+    # shifts by a negative count or by the width or more give what NumPy gives (C leaves
+    # them undefined): 0, or -1 for a negative number shifted right
+    _u("bitwise_left_shift", "a << b if 0 <= b < 64 else a * 0", kind="same", tape="cold"),
+    _u("bitwise_right_shift", "a >> b if 0 <= b < 64 else (a * 0 - 1 if a < 0 else a * 0)",
+       kind="same", tape="cold"),
 ]}
 
 # ``where(cond, a, b)`` and ``lerp(a, b, w)``: three operands, broadcast together

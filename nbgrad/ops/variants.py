@@ -23,7 +23,8 @@ from .shape import chunk, expand, permute, split, squeeze, t, transpose, unbind,
 
 __all__ = ["alias_copy", "angle", "byte", "char", "conj", "conj_physical", "cummax",
            "cummin", "diagonal_copy", "diagonal_scatter", "expand_copy", "fill",
-           "isreal", "ldexp", "logspace", "narrow_copy", "permute_copy", "real",
+           "isreal", "ldexp", "logspace", "mvlgamma", "renorm", "narrow_copy", "permute_copy",
+           "real",
            "resolve_conj", "resolve_neg", "scalar_tensor", "select_scatter", "short",
            "slice_scatter", "squeeze_copy", "t_copy", "transpose_copy", "tril_indices",
            "triu_indices", "unbind_copy", "unsafe_chunk", "unsafe_split", "unsqueeze_copy",
@@ -213,6 +214,30 @@ def ldexp(self: Tensor, other: Tensor) -> Tensor:
     x = as_tensor(self)
     x = x if x.dtype.kind == "f" else x.to(dtypes.float64)
     return x * (as_tensor(other).to(x.dtype) * math.log(2.0)).exp()
+
+
+def mvlgamma(self: Tensor, p: int) -> Tensor:
+    """The log of the multivariate gamma function of dimension ``p``:
+    ``p (p - 1) / 4 log(pi) + sum_{j < p} lgamma(x - j / 2)``."""
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
+        raise ValueError(f"mvlgamma: p must be a positive integer, got {p!r}")
+    x = as_tensor(self)
+    x = x if x.dtype.kind == "f" else x.to(dtypes.float64)
+    out = x.lgamma()
+    for j in range(1, int(p)):
+        out = out + (x - 0.5 * j).lgamma()
+    return out + int(p) * (int(p) - 1) * 0.25 * math.log(math.pi)
+
+
+def renorm(self: Tensor, p: float, dim: int, maxnorm: float) -> Tensor:
+    """Each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` scaled down to it
+    (by ``maxnorm / (norm + 1e-7)``, as PyTorch)."""
+    x = as_tensor(self)
+    if x.ndim < 2:
+        raise RuntimeError(f"renorm: needs at least 2 dimensions, got shape {tuple(x.shape)}")
+    d = dim % x.ndim
+    n = x.norm(float(p), tuple(k for k in range(x.ndim) if k != d), keepdim=True)
+    return x * where(n > float(maxnorm), float(maxnorm) / (n + 1e-7), 1.0)
 
 
 def _cumulative_extreme(op: str, self, dim: int, pick) -> CumExtreme:

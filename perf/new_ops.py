@@ -53,11 +53,10 @@ def _cotangent(shape) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ the four frameworks
-def nbgrad_fns(jit: bool) -> dict[str, Callable]:
-    import nbgrad as nb
-    F = nb.nn.functional
-    ops = {
-        "erfinv": lambda x: nb.erfinv(x),
+def _torch_like_ops(F, erfinv) -> dict[str, Callable]:
+    """The five ops through a ``torch.nn.functional``-like module (nbgrad's or torch's)."""
+    return {
+        "erfinv": erfinv,
         "batch_norm": lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
         "group_norm": lambda x, w, b: F.group_norm(x, 8, w, b),
         "scaled_dot_product_attention": lambda q, k, v: F.scaled_dot_product_attention(
@@ -65,6 +64,11 @@ def nbgrad_fns(jit: bool) -> dict[str, Callable]:
         "interpolate_bilinear": lambda x: F.interpolate(x, size=(64, 64), mode="bilinear",
                                                         align_corners=False),
     }
+
+
+def nbgrad_fns(jit: bool) -> dict[str, Callable]:
+    import nbgrad as nb
+    ops = _torch_like_ops(nb.nn.functional, nb.erfinv)
     out = {}
     for name, op in ops.items():
         arrays, diff = CASES[name]
@@ -90,15 +94,7 @@ def torch_fns() -> dict[str, Callable]:
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(1)
-    ops = {
-        "erfinv": lambda x: torch.erfinv(x),
-        "batch_norm": lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
-        "group_norm": lambda x, w, b: F.group_norm(x, 8, w, b),
-        "scaled_dot_product_attention": lambda q, k, v: F.scaled_dot_product_attention(
-            q, k, v, is_causal=True),
-        "interpolate_bilinear": lambda x: F.interpolate(x, size=(64, 64), mode="bilinear",
-                                                        align_corners=False),
-    }
+    ops = _torch_like_ops(F, torch.erfinv)
     out = {}
     for name, op in ops.items():
         arrays, diff = CASES[name]

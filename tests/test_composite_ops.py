@@ -121,6 +121,20 @@ def _np_masked_scatter(x, mask, s):
     return out
 
 
+def _np_conv3d(x, w, b):
+    """Direct cross-correlation, padding 1, strides (1, 2, 1)."""
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1), (1, 1)))
+    O, _, kd, kh, kw = w.shape
+    od, oh, ow = xp.shape[2] - kd + 1, (xp.shape[3] - kh) // 2 + 1, xp.shape[4] - kw + 1
+    out = np.zeros((1, O, od, oh, ow))
+    for d in range(od):
+        for h in range(oh):
+            for v in range(ow):
+                patch = xp[0, :, d:d + kd, 2 * h:2 * h + kh, v:v + kw]
+                out[0, :, d, h, v] = np.einsum("cijk,ocijk->o", patch, w)
+    return out + b[None, :, None, None, None]
+
+
 def _np_bilinear_corners(x):
     def matrix(n_in, n_out):
         src = np.arange(n_out) * (n_in - 1) / (n_out - 1)
@@ -416,6 +430,9 @@ CASES = [
     Case("renorm", lambda x: nb.renorm(x, 2, 0, 1.0), (_r(3, 4),),
          lambda x: x * np.where(np.linalg.norm(x, axis=1, keepdims=True) > 1.0,
                                 1.0 / (np.linalg.norm(x, axis=1, keepdims=True) + 1e-7), 1.0)),
+
+    Case("conv3d", lambda x, w, b: F.conv3d(x, w, b, padding=1, stride=(1, 2, 1)),
+         (_r(1, 2, 3, 4, 3), _r(4, 2, 2, 3, 2), _r(4)), _np_conv3d),
 
 ]
 

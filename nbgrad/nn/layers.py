@@ -21,7 +21,7 @@ from . import functional as F
 from .module import Module, Parameter
 
 __all__ = [
-    "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "ConvTranspose2d",
+    "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d",
     "CrossEntropyLoss",
     "Dropout", "Embedding", "Flatten", "GELU", "GroupNorm", "Identity", "LayerNorm",
     "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "MaxPool2d", "RMSNorm", "ReLU", "SiLU",
@@ -104,6 +104,16 @@ class Conv2d(_ConvNd):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)
+
+
+class Conv3d(_ConvNd):
+    """3-D convolution of (N, C, D, H, W) inputs."""
+
+    _dims = 3
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv3d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
                         self.groups)
 
 

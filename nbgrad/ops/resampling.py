@@ -24,7 +24,7 @@ from .shape import pad, permute, reshape, squeeze, transpose, unsqueeze
 
 __all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
            "adaptive_max_pool1d", "adaptive_max_pool2d", "avg_pool1d", "bilinear",
-           "channel_shuffle", "interpolate", "local_response_norm", "max_pool1d",
+           "channel_shuffle", "conv3d", "interpolate", "local_response_norm", "max_pool1d",
            "max_unpool1d", "max_unpool2d",
            "pixel_shuffle", "pixel_unshuffle", "upsample", "upsample_bilinear",
            "upsample_nearest"]
@@ -283,6 +283,30 @@ def max_unpool2d(input: Tensor, indices: Tensor, kernel_size, stride=None,  # no
 
 
 # ------------------------------------------------------------------ rearranging
+def _blocks(op: str, x: Tensor, k, dl, p, s) -> tuple[Tensor, tuple[int, ...]]:
+    """im2col over the trailing ``len(k)`` dims of ``x`` (N, C, *spatial): (N, C, K, L)
+    for ``K`` kernel positions and ``L`` windows, and the windows' grid shape. ``p`` holds
+    a (before, after) padding pair per dim."""
+    dims = len(k)
+    if any(any(pair) for pair in p):
+        x = pad(x, tuple(v for i in reversed(range(dims)) for v in p[i]))
+    N, C, *spatial = x.shape
+    grid = tuple((n - dl[i] * (k[i] - 1) - 1) // s[i] + 1 for i, n in enumerate(spatial))
+    if min(grid) <= 0:
+        raise RuntimeError(f"{op}: kernel {tuple(k)} with dilation {tuple(dl)} does not fit "
+                           f"the padded input of shape {tuple(x.shape)}")
+    strides = np.cumprod((1, *spatial[::-1]))[:-1][::-1]
+    flat = 0
+    for i in range(dims):  # offset of kernel position i plus window start, per dim
+        along = (np.arange(k[i]) * dl[i])[:, None] + (np.arange(grid[i]) * s[i])[None, :]
+        shape = [1] * (2 * dims)
+        shape[i], shape[dims + i] = k[i], grid[i]
+        flat = flat + along.reshape(shape) * strides[i]
+    positions = as_tensor(np.asarray(flat).reshape(-1).astype(np.int64))
+    taken = reshape(x, (N, C, math.prod(spatial))).index_select(2, positions)
+    return reshape(taken, (N, C, math.prod(k), math.prod(grid))), grid
+
+
 def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:  # noqa: A002
     """Sliding blocks (im2col): (N, C, H, W) to (N, C * kh * kw, L) for ``L`` blocks."""
     x = _spatial("unfold", input, 2)
@@ -290,22 +314,45 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
     if not batched:
         x = unsqueeze(x, 0)
     k, dl, p, s = (_sizes("unfold", v, 2) for v in (kernel_size, dilation, padding, stride))
-    if any(p):
-        x = pad(x, (p[1], p[1], p[0], p[0]))
-    N, C, H, W = x.shape
-    oh = (H - dl[0] * (k[0] - 1) - 1) // s[0] + 1
-    ow = (W - dl[1] * (k[1] - 1) - 1) // s[1] + 1
-    if oh <= 0 or ow <= 0:
-        raise RuntimeError(f"unfold: kernel {k} with dilation {dl} does not fit the padded "
-                           f"input of shape {tuple(x.shape)}")
-    rows = (np.arange(k[0])[:, None] * dl[0])[:, :, None, None] + \
-        (np.arange(oh) * s[0])[None, None, :, None]
-    cols = (np.arange(k[1])[None, :] * dl[1])[:, :, None, None] + \
-        (np.arange(ow) * s[1])[None, None, None, :]
-    rows, cols = np.broadcast_arrays(rows, cols)
-    flat = as_tensor((rows * W + cols).reshape(-1).astype(np.int64))
-    blocks = reshape(x, (N, C, H * W)).index_select(2, flat)
-    out = reshape(blocks, (N, C * k[0] * k[1], oh * ow))
+    blocks, grid = _blocks("unfold", x, k, dl, [(v, v) for v in p], s)
+    out = reshape(blocks, (x.shape[0], x.shape[1] * math.prod(k), math.prod(grid)))
+    return out if batched else squeeze(out, 0)
+
+
+def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,  # noqa: A002
+           padding=0, dilation=1, groups: int = 1) -> Tensor:
+    """3-D convolution (cross-correlation) of (N, C, D, H, W) or (C, D, H, W) inputs with
+    ``weight`` (O, C / groups, kd, kh, kw), as im2col and one batched product."""
+    x = _spatial("conv3d", input, 3)
+    w = as_tensor(weight)
+    batched = x.ndim == 5
+    if not batched:
+        x = unsqueeze(x, 0)
+    g = int(groups)
+    if w.ndim != 5 or x.shape[1] != w.shape[1] * g or w.shape[0] % g:
+        raise RuntimeError(f"conv3d: input {tuple(x.shape)} and weight {tuple(w.shape)} do "
+                           f"not fit with groups={g} (weight (O, C/groups, kd, kh, kw))")
+    k = tuple(w.shape[2:])
+    dl, s = (_sizes("conv3d", v, 3) for v in (dilation, stride))
+    if padding == "valid":
+        pairs = [(0, 0)] * 3
+    elif padding == "same":  # the output keeps the input's size (stride 1), as PyTorch
+        if any(v != 1 for v in s):
+            raise ValueError("conv3d: padding='same' needs stride 1")
+        totals = [dl[i] * (k[i] - 1) for i in range(3)]
+        pairs = [(t // 2, t - t // 2) for t in totals]
+    elif isinstance(padding, str):
+        raise ValueError(f"conv3d: padding must be 'valid', 'same' or sizes, got {padding!r}")
+    else:
+        pairs = [(v, v) for v in _sizes("conv3d", padding, 3)]
+    blocks, grid = _blocks("conv3d", x, k, dl, pairs, s)  # (N, C, K, L)
+    N, C, K, L = blocks.shape
+    O = w.shape[0]
+    cols = reshape(blocks, (N, g, (C // g) * K, L))
+    out = matmul(reshape(w, (g, O // g, (C // g) * K)), cols)  # (N, g, O/g, L)
+    out = reshape(out, (N, O, *grid))
+    if bias is not None:
+        out = out + reshape(as_tensor(bias), (1, O, 1, 1, 1))
     return out if batched else squeeze(out, 0)
 
 

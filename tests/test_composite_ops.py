@@ -135,6 +135,21 @@ def _np_conv3d(x, w, b):
     return out + b[None, :, None, None, None]
 
 
+_SCATTER = np.array([[0, 2], [0, 0], [2, 2]])
+
+
+def _np_scatter_reduce(x, s, reduce, include_self):
+    out, count = x.copy(), np.ones_like(x) if include_self else np.zeros_like(x)
+    if not include_self:
+        out[np.unique(_SCATTER[:, 0]), 0] = 0.0
+        out[np.unique(_SCATTER[:, 1]), 1] = 0.0
+    for i in range(3):
+        for j in range(2):
+            out[_SCATTER[i, j], j] += s[i, j]
+            count[_SCATTER[i, j], j] += 1
+    return out / np.maximum(count, 1) if reduce == "mean" else out
+
+
 def _np_bilinear_corners(x):
     def matrix(n_in, n_out):
         src = np.arange(n_out) * (n_in - 1) / (n_out - 1)
@@ -433,6 +448,13 @@ CASES = [
 
     Case("conv3d", lambda x, w, b: F.conv3d(x, w, b, padding=1, stride=(1, 2, 1)),
          (_r(1, 2, 3, 4, 3), _r(4, 2, 2, 3, 2), _r(4)), _np_conv3d),
+
+    Case("scatter_reduce-sum", lambda x, s: nb.scatter_reduce(x, 0, nb.tensor(_SCATTER), s,
+                                                                "sum", include_self=False),
+         (_r(3, 2), _r(3, 2)), lambda x, s: _np_scatter_reduce(x, s, "sum", False)),
+    Case("scatter_reduce-mean", lambda x, s: nb.scatter_reduce(x, 0, nb.tensor(_SCATTER), s,
+                                                                 "mean"),
+         (_r(3, 2), _r(3, 2)), lambda x, s: _np_scatter_reduce(x, s, "mean", True)),
 
 ]
 

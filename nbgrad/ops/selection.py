@@ -12,12 +12,14 @@ import numpy as np
 from ..tensor import Tensor
 from .arrange import movedim
 from .dispatch import as_tensor, promote_operands
-from .indexing import index_put
+from .elementwise import where
+from .indexing import index_put, scatter_add
 from .shape import _dim, broadcast_tensors, reshape
 
 __all__ = ["allclose", "argwhere", "bincount", "bucketize", "equal", "histc", "index_add",
            "index_copy", "index_fill", "isclose", "isin", "masked_scatter", "masked_select",
-           "nonzero", "nonzero_static", "put", "searchsorted", "unique", "unique_consecutive"]
+           "nonzero", "nonzero_static", "put", "scatter_reduce", "searchsorted", "unique",
+           "unique_consecutive"]
 
 
 def _along(op: str, self, dim: int, index) -> tuple[Tensor, int, Tensor, bool]:
@@ -101,6 +103,29 @@ def masked_scatter(self: Tensor, mask: Tensor, source: Tensor) -> Tensor:
     flat = index_put(reshape(x.clone(), (-1,)), (as_tensor(where_true.astype(np.int64)),),
                      taken)
     return reshape(flat, tuple(x.shape))
+
+
+def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *,
+                   include_self: bool = True) -> Tensor:
+    """``self`` with ``src``'s entries reduced into the positions ``index`` names along
+    ``dim`` (as :func:`scatter_add`): ``reduce`` is ``'sum'`` or ``'mean'`` (the mean of
+    the entries sent there, and of ``self``'s own value with ``include_self``); positions
+    nothing is sent to keep ``self``'s value. (``'prod'``, ``'amax'`` and ``'amin'`` are
+    not supported yet.)"""
+    if reduce not in ("sum", "mean"):
+        raise NotImplementedError(f"scatter_reduce: reduce={reduce!r} is not supported "
+                                  "(only 'sum' and 'mean')")
+    x, s = promote_operands(self, src)
+    idx = as_tensor(index)
+    zeros = x * 0.0
+    total = scatter_add(zeros, dim, idx, s)
+    count = scatter_add(zeros.detach(), dim, idx, (s * 0.0 + 1.0).detach())
+    hit = count > 0
+    if reduce == "sum":
+        return total + (x if include_self else where(hit, 0.0, x))
+    if include_self:
+        return (total + x) / (count + 1.0)
+    return where(hit, total / where(hit, count, 1.0), x)
 
 
 def isclose(self: Tensor, other: Tensor, rtol: float = 1e-5, atol: float = 1e-8,

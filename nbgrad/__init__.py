@@ -51,6 +51,11 @@ cache_guard.install()  # before any kernel loads from Numba's disk cache
 _LAZY = ("nn", "optim", "special", "fft")
 
 
+#: namespaces of the spec that do not exist yet, and why
+_NOT_YET = {"fft": "nbgrad.fft is not available yet: its transforms need complex tensors, "
+                   "which nbgrad does not have"}
+
+
 def __getattr__(name: str):
     if name in _LAZY:
         try:
@@ -58,4 +63,6 @@ def __getattr__(name: str):
         except ModuleNotFoundError as exc:
             if exc.name != f"{__name__}.{name}":
                 raise
+    if name in _NOT_YET:
+        raise AttributeError(_NOT_YET[name])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -343,3 +343,25 @@ def test_training_under_jit_equals_eager(mode):
     np.testing.assert_allclose(got_losses, want_losses, rtol=1e-12)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+
+
+# ------------------------------------------------------------------ namespaces
+def test_namespaces_are_reachable_after_import_and_load_on_first_use():
+    import subprocess
+    import sys
+    code = (
+        "import sys, nbgrad as nb\n"
+        "lazy = ['nbgrad.nn', 'nbgrad.optim', 'nbgrad.special']\n"
+        "assert not any(m in sys.modules for m in lazy), [m for m in lazy if m in sys.modules]\n"
+        "assert nb.nn.functional.relu and nb.nn.Linear and nb.optim.Adam and nb.special.ndtr\n"
+        "assert nb.linalg.solve\n"
+        "try:\n"
+        "    nb.fft\n"
+        "except AttributeError as e:\n"
+        "    assert 'complex tensors' in str(e)\n"
+        "else:\n"
+        "    raise AssertionError('nbgrad.fft should raise')\n"
+        "print('ok')\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=False)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr

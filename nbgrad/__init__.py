@@ -17,6 +17,7 @@ from . import (
     linalg,
     random,
 )
+from .batching import vmap
 from .device import Device
 from .dtypes import bool_, float32, float64, int32, int64
 from .errors import TableError, TracerError
@@ -35,10 +36,21 @@ from .factories import (
     tensor,
     zeros,
 )
-from .functional import grad, hessian, hvp, jacobian, jvp, value_and_grad, vjp
+from .functional import (
+    grad,
+    hessian,
+    hvp,
+    jacfwd,
+    jacobian,
+    jacrev,
+    jvp,
+    value_and_grad,
+    vjp,
+)
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
-from .jit import fori_loop, scan  # noqa: E402
+from .jit import cond, fori_loop, scan, while_loop  # noqa: E402
 from .ops import *  # noqa: F403
+from .recompute import checkpoint  # noqa: E402
 from .tensor import Tensor
 from .version import __version__
 

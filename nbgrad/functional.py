@@ -38,11 +38,14 @@ from typing import Any
 import numpy as np
 
 from . import autograd, pytree
-from .grad_mode import enable_grad, is_grad_enabled
-from .ops import clone, reshape, stack, to_dtype, view
+from .autograd import forward
+from .errors import TracerError
+from .grad_mode import enable_grad, is_grad_enabled, no_grad
+from .ops import cat, clone, permute, reshape, stack, to_dtype, view
 from .tensor import Tensor
 
-__all__ = ["grad", "hessian", "hvp", "jacobian", "jvp", "value_and_grad", "vjp"]
+__all__ = ["grad", "hessian", "hvp", "jacfwd", "jacobian", "jacrev", "jvp", "value_and_grad",
+           "vjp"]
 
 
 # ------------------------------------------------------------------ nesting state
@@ -113,7 +116,7 @@ def _diff_input(x: Any, create_graph: bool, where: str, transform: str) -> Tenso
         if t._data.flags.c_contiguous:
             return view(t, *t.shape)
         return clone(t)
-    return t.detach().requires_grad_(True)
+    return _detach(t).requires_grad_(True)
 
 
 def _as_output(x: Any, where: str, transform: str) -> Tensor:
@@ -155,8 +158,17 @@ def _zeros(ref: Tensor) -> Tensor:
     return Tensor(np.zeros(ref.shape, dtype=ref.dtype))
 
 
+def _detach(x: Tensor) -> Tensor:
+    """``x`` outside the graph; under forward mode it keeps its tangents (this is the
+    transform's bookkeeping, not the user's ``detach``)."""
+    out = x.detach()
+    if forward.STATE.active:
+        forward.transfer_tangent(x, out)
+    return out
+
+
 def _detach_tree(tree: Any) -> Any:
-    return pytree.tree_map(lambda x: x.detach() if isinstance(x, Tensor) else x, tree)
+    return pytree.tree_map(lambda x: _detach(x) if isinstance(x, Tensor) else x, tree)
 
 
 def _finish(tree: Any, create_graph: bool) -> Any:
@@ -363,38 +375,78 @@ def _check_sequence(value: Any, name: str, transform: str) -> tuple:
     return tuple(value)
 
 
+def _primal_pairs(primals: Sequence, tangents: Sequence, transform: str):
+    """The flattened primals and their tangents, checked against each other."""
+    primals = _check_sequence(primals, "primals", transform)
+    tangents = _check_sequence(tangents, "tangents", transform)
+    if len(primals) != len(tangents):
+        raise ValueError(f"{transform}: got {len(primals)} primals but {len(tangents)} "
+                         "tangents")
+    p_leaves, p_spec = pytree.flatten(primals)
+    t_leaves, t_spec = pytree.flatten(tangents)
+    if len(t_leaves) != len(p_leaves) or not _same_structure(t_spec, p_spec):
+        raise ValueError(f"{transform}: tangents have structure {pytree.describe(t_spec)}, "
+                         f"but primals have structure {pytree.describe(p_spec)}")
+    xs = [_float_tensor(x, f"primal {k}", transform) for k, x in enumerate(p_leaves)]
+    ts = [_like(t, x, f"tangent {k}", transform)
+          for k, (t, x) in enumerate(zip(t_leaves, xs, strict=True))]
+    return primals, p_spec, xs, ts
+
+
+def _dual_input(x: Tensor, create_graph: bool) -> Tensor:
+    """A fresh tensor standing for primal ``x``, made by an op: its own array (tracers
+    tell tensors apart by array, and this one gets a tangent ``x`` lacks), the tangents
+    of enclosing levels, and ``x``'s graph when ``create_graph``."""
+    with _null() if create_graph and x.requires_grad else no_grad():
+        return view(x, *x.shape) if x._data.flags.c_contiguous else clone(x)
+
+
 def jvp(f: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = False) -> tuple:
     """``(f(*primals), J @ tangents)`` (and ``aux`` last with has_aux), as JAX's ``jvp``.
 
-    ``primals`` and ``tangents`` are tuples (or lists) of equal structure; the tangent
-    output has the structure of ``f``'s output.
+    Forward mode: the tangents travel with the primals through every op (the table's
+    forward derivatives, :mod:`nbgrad.autograd.forward`), so the cost is about that of
+    one more forward pass. ``primals`` and ``tangents`` are tuples (or lists) of equal
+    structure; the tangent output has the structure of ``f``'s output.
     """
+    primals, p_spec, xs, ts = _primal_pairs(primals, tangents, "jvp")
+    create_graph = _needs_graph(primals, tangents)
+    with forward.dual_level() as level, (enable_grad() if create_graph else _null()):
+        duals = [_dual_input(x, create_graph) for x in xs]
+        for d, t in zip(duals, ts, strict=True):
+            level.set(d, t)
+        result = f(*pytree.unflatten(p_spec, duals))
+        aux = None
+        if has_aux:
+            result, aux = _split_aux(result, "jvp")
+        out_leaves, out_spec = pytree.flatten(result)
+        outs = [_as_output(o, "an output", "jvp") for o in out_leaves]
+        t_out = [level.get(o) for o in outs]
+    t_out = [t if t is not None else _zeros(o) for t, o in zip(t_out, outs, strict=True)]
+    value = _finish(pytree.unflatten(out_spec, outs), create_graph)
+    t_tree = pytree.unflatten(out_spec, _finish(t_out, create_graph))
+    if has_aux:
+        return value, t_tree, _finish(aux, create_graph)
+    return value, t_tree
+
+
+def jvp_by_double_vjp(f: Callable, primals: Sequence, tangents: Sequence) -> tuple:
+    """``jvp`` built from two reverse passes (``t -> d/du <J^T u, t>``): the construction
+    before forward mode, kept as an oracle for tests and benchmarks."""
     primals = _check_sequence(primals, "primals", "jvp")
     tangents = _check_sequence(tangents, "tangents", "jvp")
-    if len(primals) != len(tangents):
-        raise ValueError(f"jvp: got {len(primals)} primals but {len(tangents)} tangents")
     create_graph = _needs_graph(primals, tangents)
     diff = _DiffArgs(primals, tuple(range(len(primals))), create_graph, "jvp")
-    t_leaves, t_spec = pytree.flatten(tangents)
-    p_spec = ("tuple", tuple(s for s, _, _ in diff.specs))
-    if len(t_leaves) != len(diff.leaves) or not _same_structure(t_spec, p_spec):
-        raise ValueError(f"jvp: tangents have structure {pytree.describe(t_spec)}, but primals "
-                         f"have structure {pytree.describe(p_spec)}")
+    t_leaves, _ = pytree.flatten(tangents)
     tans = [_like(t, x, f"tangent {k}", "jvp")
             for k, (t, x) in enumerate(zip(t_leaves, diff.leaves, strict=True))]
     with _inside_transform():
         result = f(*diff.args)
-    aux = None
-    if has_aux:
-        result, aux = _split_aux(result, "jvp")
     out_leaves, out_spec = pytree.flatten(result)
     outs = [_as_output(o, "an output", "jvp") for o in out_leaves]
     tangent_out = _forward_product(outs, diff.leaves, tans, create_graph)
     value = _finish(pytree.unflatten(out_spec, outs), create_graph)
-    t_out = pytree.unflatten(out_spec, _finish(tangent_out, create_graph))
-    if has_aux:
-        return value, t_out, _finish(aux, create_graph)
-    return value, t_out
+    return value, pytree.unflatten(out_spec, _finish(tangent_out, create_graph))
 
 
 def _forward_product(outs: list[Tensor], inputs: list[Tensor], tangents: list[Tensor],
@@ -423,6 +475,52 @@ def _forward_product(outs: list[Tensor], inputs: list[Tensor], tangents: list[Te
 
 
 # ------------------------------------------------------------------ jacobian, hessian, hvp
+#: ``[vmap]`` once :mod:`nbgrad.batching` is imported (it installs itself: a higher layer)
+_VMAP: list[Callable] = []
+#: how many elements of seeds and gradients one batched vjp of ``jacobian`` may hold
+JACOBIAN_CHUNK_ELEMENTS = 2 ** 24
+
+
+def _seeds(n: int, start: int, stop: int, shape: tuple, dtype) -> Tensor:
+    """Rows ``start:stop`` of the identity of size ``n``, each shaped ``shape``."""
+    rows = np.zeros((stop - start, n), dtype=dtype)
+    rows[np.arange(stop - start), np.arange(start, stop)] = 1
+    return Tensor(rows.reshape((stop - start,) + shape))
+
+
+def _jacobian_of(out: Tensor, leaves: list[Tensor], create_graph: bool) -> list[Tensor]:
+    """``d out / d x`` (shape ``out.shape + x.shape``) per leaf ``x``: the vjp of every
+    basis cotangent at once under ``vmap``; one vjp per row where vmap cannot batch an op
+    of the backward (or the output has one element)."""
+    if not out.requires_grad:
+        return [Tensor(np.zeros(tuple(out.shape) + tuple(x.shape), dtype=x.dtype))
+                for x in leaves]
+    n = out.size
+    if n > 1 and _VMAP:
+        chunk = max(1, min(n, JACOBIAN_CHUNK_ELEMENTS // (n + sum(x.size for x in leaves))))
+        pull = _VMAP[0](lambda ct: _grads([out], leaves, [ct], create_graph, True))
+        try:
+            with enable_grad() if create_graph else no_grad():
+                parts = [pull(_seeds(n, k, min(k + chunk, n), tuple(out.shape), out.dtype))
+                         for k in range(0, n, chunk)]
+        except (NotImplementedError, TracerError):
+            pass  # the loop below needs no batching rule
+        else:
+            return [reshape(p[0] if len(parts) == 1 else cat(list(p)),
+                            *(tuple(out.shape) + tuple(x.shape)))
+                    for p, x in zip(zip(*parts, strict=True), leaves, strict=True)]
+    rows = [[] for _ in leaves]
+    for k in range(n):
+        seed = np.zeros(out.shape, dtype=out.dtype)
+        seed.reshape(-1)[k] = 1
+        gs = _grads([out], leaves, [Tensor(seed)], create_graph, True)
+        for row, g in zip(rows, gs, strict=True):
+            row.append(reshape(g, -1))
+    return [reshape(stack(row), *(tuple(out.shape) + tuple(x.shape))) if row else
+            Tensor(np.zeros(tuple(out.shape) + tuple(x.shape), dtype=x.dtype))
+            for x, row in zip(leaves, rows, strict=True)]
+
+
 def jacobian(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
     """The Jacobian of ``f`` by reverse mode (JAX's ``jacrev``).
 
@@ -447,20 +545,7 @@ def jacobian(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
         per_output = []
         with enable_grad() if create_graph else _null():
             for out in outs:
-                rows: list[list[Tensor]] = [[] for _ in diff.leaves]
-                for k in range(out.size if out.requires_grad else 0):
-                    seed = np.zeros(out.shape, dtype=out.dtype)
-                    seed.reshape(-1)[k] = 1
-                    gs = _grads([out], diff.leaves, [Tensor(seed)], create_graph, True)
-                    for row, g in zip(rows, gs, strict=True):
-                        row.append(reshape(g, -1))
-                jacs = []
-                for x, row in zip(diff.leaves, rows, strict=True):
-                    shape = tuple(out.shape) + tuple(x.shape)
-                    if row:
-                        jacs.append(reshape(stack(row), *shape))
-                    else:
-                        jacs.append(Tensor(np.zeros(shape, dtype=x.dtype)))
+                jacs = _jacobian_of(out, diff.leaves, create_graph)
                 per_output.append(diff.rebuild(_finish(jacs, create_graph), single))
         jac = pytree.unflatten(out_spec, per_output)
         if has_aux:
@@ -468,6 +553,89 @@ def jacobian(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
         return jac
 
     return jacobian_f
+
+
+def jacrev(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """The Jacobian by reverse mode, JAX's name for :func:`jacobian`."""
+    return jacobian(f, argnums, has_aux)
+
+
+def _forward_columns(g: Callable, xs: list[Tensor], j: int, has_aux: bool) -> list[Tensor]:
+    """Per output of ``g``: its ``jvp`` along every basis direction of input ``j``, stacked
+    (``(x.size,) + S``); all at once under ``vmap``, one ``jvp`` each where it cannot
+    batch an op."""
+    x = xs[j]
+    if not x.size:
+        return []
+    zeros = [_zeros(t) for t in xs]
+
+    def push(direction):
+        out = jvp(g, xs, zeros[:j] + [direction] + zeros[j + 1:], has_aux=has_aux)
+        return tuple(pytree.flatten(out[1])[0])
+
+    if x.size > 1 and _VMAP:
+        try:
+            return list(_VMAP[0](push)(_seeds(x.size, 0, x.size, tuple(x.shape), x.dtype)))
+        except (NotImplementedError, TracerError):
+            pass  # one jvp per direction below needs no batching rule
+    rows = []
+    for k in range(x.size):
+        seed = np.zeros(x.shape, dtype=x.dtype)
+        seed.reshape(-1)[k] = 1
+        rows.append(push(Tensor(seed)))
+    return [stack([row[m] for row in rows]) for m in range(len(rows[0]))]
+
+
+def jacfwd(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """The Jacobian of ``f`` by forward mode: a ``jvp`` per input element, batched with
+    ``vmap`` (JAX's ``jacfwd``; cheaper than :func:`jacobian` when inputs are fewer than
+    outputs).
+
+    Shapes and structure as :func:`jacobian`: ``S + T`` for an output of shape ``S`` and
+    an argument of shape ``T``.
+    """
+    positions, single = _norm_argnums(argnums, "jacfwd")
+
+    @functools.wraps(f)
+    def jacfwd_f(*args, **kwargs):
+        where = _resolve_argnums(positions, len(args), "jacfwd")
+        specs, xs = [], []
+        for p in where:
+            leaves, spec = pytree.flatten(args[p])
+            start = len(xs)
+            xs += [_float_tensor(x, f"leaf {k} of argument {p}", "jacfwd")
+                   for k, x in enumerate(leaves)]
+            specs.append((spec, start, len(xs)))
+
+        def g(*leaves):
+            call = list(args)
+            for p, (spec, start, stop) in zip(where, specs, strict=True):
+                call[p] = pytree.unflatten(spec, list(leaves[start:stop]))
+            return f(*call, **kwargs)
+
+        out = g(*xs)
+        value, aux = _split_aux(out, "jacfwd") if has_aux else (out, None)
+        out_leaves, out_spec = pytree.flatten(value)
+        outs = [_as_output(o, "an output", "jacfwd") for o in out_leaves]
+        columns = [_forward_columns(g, xs, j, has_aux) for j in range(len(xs))]
+        per_output = []
+        for m, o in enumerate(outs):
+            jacs = []
+            for j, x in enumerate(xs):
+                if x.size:
+                    J = reshape(columns[j][m], *(tuple(x.shape) + tuple(o.shape)))
+                    nx = x.ndim
+                    J = permute(J, *range(nx, nx + o.ndim), *range(nx))
+                else:
+                    J = Tensor(np.zeros(tuple(o.shape) + tuple(x.shape), dtype=x.dtype))
+                jacs.append(J)
+            trees = tuple(pytree.unflatten(spec, jacs[start:stop])
+                          for spec, start, stop in specs)
+            per_output.append(trees[0] if single else trees)
+        jac = pytree.unflatten(out_spec, per_output)
+        return (jac, aux) if has_aux else jac
+
+    return jacfwd_f
 
 
 def hessian(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
@@ -484,9 +652,11 @@ def hessian(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False
 def hvp(f: Callable, primals: Any, tangents: Any) -> tuple:
     """``(f(*primals), H @ tangents)`` for a scalar ``f`` (the Hessian-vector product).
 
-    ``primals`` and ``tangents`` are tuples (or lists) with one entry per argument of
-    ``f``; the product has their structure. A single tensor (not in a tuple) is taken as
-    the only argument, and the product is then a single tensor.
+    Forward over reverse: the ``jvp`` of ``grad(f)``, one forward pass, one reverse pass
+    and the tangents carried through both. ``primals`` and ``tangents`` are tuples (or
+    lists) with one entry per argument of ``f``; the product has their structure. A single
+    tensor (not in a tuple) is taken as the only argument, and the product is then a
+    single tensor.
     """
     single = not isinstance(primals, (tuple, list))
     primals = (primals,) if single else tuple(primals)
@@ -494,25 +664,7 @@ def hvp(f: Callable, primals: Any, tangents: Any) -> tuple:
         _check_sequence(tangents, "tangents", "hvp")
     if len(primals) != len(tangents):
         raise ValueError(f"hvp: got {len(primals)} primals but {len(tangents)} tangents")
-    create_graph = _needs_graph(primals, tangents)
-    diff = _DiffArgs(primals, tuple(range(len(primals))), create_graph, "hvp")
-    t_leaves, t_spec = pytree.flatten(tangents)
-    p_spec = ("tuple", tuple(s for s, _, _ in diff.specs))
-    if len(t_leaves) != len(diff.leaves) or not _same_structure(t_spec, p_spec):
-        raise ValueError(f"hvp: tangents have structure {pytree.describe(t_spec)}, but primals "
-                         f"have structure {pytree.describe(p_spec)}")
-    tans = [_like(t, x, f"tangent {k}", "hvp")
-            for k, (t, x) in enumerate(zip(t_leaves, diff.leaves, strict=True))]
-    with _inside_transform():
-        out = _scalar_output(f(*diff.args), "hvp")
-        products = [_zeros(x) for x in diff.leaves]
-        if out.requires_grad:
-            gs = autograd.grad(out, diff.leaves, create_graph=True, retain_graph=True,
-                               allow_unused=True)
-            pairs = [(g, t) for g, t in zip(gs, tans, strict=True)
-                     if g is not None and g.requires_grad]
-            if pairs:
-                products = _grads([g for g, _ in pairs], diff.leaves, [t for _, t in pairs],
-                                  create_graph, create_graph)
-    result = diff.rebuild(_finish(products, create_graph), single)
-    return _finish(out, create_graph), result
+    positions = tuple(range(len(primals)))
+    vg = value_and_grad(lambda *a: _scalar_output(f(*a), "hvp"), positions)
+    (value, _), (_, product) = jvp(vg, primals, tangents)
+    return value, product[0] if single else product

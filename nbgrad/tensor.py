@@ -493,6 +493,12 @@ class Tensor:
     def __getitem__(self, index):
         return _OPS.index(self, index)
 
+    @property
+    def at(self) -> Any:
+        """JAX's functional updates: ``x.at[idx].set(v)``, ``.add(v)``, ``.multiply(v)``,
+        ``.min(v)``, ``.max(v)``, ``.get()`` return new tensors (:mod:`nbgrad.ops.at`)."""
+        return _OPS.AtIndexer(self)
+
     def __setitem__(self, index, value) -> None:
         _OPS.index_put_(self, index, value)
 

@@ -150,6 +150,16 @@ def _np_scatter_reduce(x, s, reduce, include_self):
     return out / np.maximum(count, 1) if reduce == "mean" else out
 
 
+def _np_scatter_fold(x, s, reduce, include_self):
+    fold = {"prod": np.prod, "amax": np.max, "amin": np.min}[reduce]
+    out = x.copy()
+    for j in range(2):
+        for n in np.unique(_SCATTER[:, j]):
+            vals = list(s[_SCATTER[:, j] == n, j]) + ([x[n, j]] if include_self else [])
+            out[n, j] = fold(vals)
+    return out
+
+
 def _np_bilinear_corners(x):
     def matrix(n_in, n_out):
         src = np.arange(n_out) * (n_in - 1) / (n_out - 1)
@@ -455,6 +465,12 @@ CASES = [
     Case("scatter_reduce-mean", lambda x, s: nb.scatter_reduce(x, 0, nb.tensor(_SCATTER), s,
                                                                  "mean"),
          (_r(3, 2), _r(3, 2)), lambda x, s: _np_scatter_reduce(x, s, "mean", True)),
+    *(Case(f"scatter_reduce-{red}-{inc}",
+           lambda x, s, red=red, inc=inc: nb.scatter_reduce(x, 0, nb.tensor(_SCATTER), s, red,
+                                                            include_self=inc),
+           (_r(3, 2), _r(3, 2)),
+           lambda x, s, red=red, inc=inc: _np_scatter_fold(x, s, red, inc))
+      for red, inc in (("prod", True), ("prod", False), ("amax", False), ("amin", True))),
 
 ]
 

@@ -126,10 +126,13 @@ def test_reproducer_source_computes_the_program(first):
     """The nbgrad code a failure prints computes exactly what the program computes."""
     for seed in range(first, first + 20):
         program = generate(seed)
+        try:
+            want_out, want_loss = program.both(*program.leaves())
+        except (TypeError, RuntimeError, ValueError, IndexError):
+            continue  # a program eager mode rejects (the fuzzer checks the jit raises too)
         scope: dict = {}
         exec(to_source(program), scope)  # noqa: S102 - our own generated code
         out, loss = scope["f"](*scope["inputs"])
-        want_out, want_loss = program.both(*program.leaves())
         np.testing.assert_array_equal(out.numpy(), want_out.numpy())
         np.testing.assert_array_equal(loss.numpy(), want_loss.numpy())
 
@@ -305,7 +308,7 @@ def test_cli_fuzz_runs_prints_a_summary_and_fails_on_a_failure(monkeypatch, caps
 
 
 def test_executors_are_the_documented_ones():
-    assert EXECUTORS == ("eager", "fd", "interpret", "compile", "auto")
+    assert EXECUTORS == ("eager", "fd", "jvp", "interpret", "compile", "auto")
 
 
 # ------------------------------------------------------------------ plain regressions

@@ -42,9 +42,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("nbgrad.random",),
     ("nbgrad.ops",),
     ("nbgrad.autograd", "nbgrad.cuda"),  # both build on ops: the graph, the CUDA kernels
-    ("nbgrad.functional", "nbgrad.linalg", "nbgrad.nn", "nbgrad.optim", "nbgrad.special"),
+    ("nbgrad.functional", "nbgrad.linalg", "nbgrad.nn", "nbgrad.optim", "nbgrad.special",
+     "nbgrad.recompute"),
     ("nbgrad.numpy_interop",),
     ("nbgrad.jit",),  # its CUDA tier (nbgrad.jit.cuda) uses nbgrad.cuda's kernels
+    ("nbgrad.batching",),  # vmap: runs the jit tracer's graphs with batching rules
     ("nbgrad.testing",),
     ("nbgrad",),
     ("nbgrad.cli",),

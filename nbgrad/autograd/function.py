@@ -10,6 +10,7 @@ import numpy as np
 from ..grad_mode import STATE, no_grad
 from ..ops import sum_to, to_dtype
 from ..tensor import STATE_TRACE, Tensor
+from . import forward
 from .node import RETAIN_GRAPH_MESSAGE, Node, SavedOutput, SavedTensor, gradient_edge
 
 
@@ -139,7 +140,8 @@ class Function:
     @classmethod
     def apply(cls, *args: Any, **kwargs: Any) -> Any:
         tracer = STATE_TRACE.tracer
-        if tracer is not None and tracer.wants_function(cls, args, kwargs):
+        if tracer is not None and not (forward.STATE.active and forward.has_tangent(args)) \
+                and tracer.wants_function(cls, args, kwargs):
             return tracer.trace_function(cls, args, kwargs)
         return apply_function(cls, args, kwargs)
 
@@ -154,7 +156,7 @@ def apply_function(cls: type, args: tuple, kwargs: dict, ctx: FunctionCtx | None
     ctx = FunctionCtx() if ctx is None else ctx
     tensor_args = [a for a in args if isinstance(a, Tensor)]
     ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
-    with no_grad():
+    with no_grad(), forward.suspended():  # the Function is one op to forward mode too
         raw = cls.forward(ctx, *args, **kwargs)
     is_tuple = isinstance(raw, tuple)
     outputs = list(raw) if is_tuple else [raw]
@@ -189,6 +191,10 @@ def apply_function(cls: type, args: tuple, kwargs: dict, ctx: FunctionCtx | None
                       (SavedOutput(t, "saved_tensors") if id(t) in output_ids
                        else SavedTensor(t, "saved_tensors")) for t in ctx.to_save]
         ctx.to_save = ()
+    if forward.STATE.active and forward.has_tangent(args):
+        forward.push_function_tangents(
+            cls, ctx, args, kwargs, outputs,
+            lambda again: apply_function(cls, again, kwargs))
     return tuple(outputs) if is_tuple else outputs[0]
 
 

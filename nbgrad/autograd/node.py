@@ -131,6 +131,11 @@ class SavedTensor:
         return t
 
 
+#: ``(data, tensor)``: called when a saved output is rebuilt around ``data``; set by
+#: :mod:`nbgrad.autograd.forward` while a forward-mode level is open
+ON_UNPACK_OUTPUT = None
+
+
 class SavedOutput:
     """An output saved by its own node: stored without a reference cycle, rebuilt on unpack."""
 
@@ -147,9 +152,12 @@ class SavedOutput:
     def unpack(self, node: Node) -> Tensor:
         if self.version_box[0] != self.version:
             raise RuntimeError(modified_message(node, self.name, self, self.version))
-        return Tensor._make(self.data, requires_grad=True, grad_fn=node,
-                            output_nr=self.output_nr, device=self.device,
-                            version_box=self.version_box)
+        t = Tensor._make(self.data, requires_grad=True, grad_fn=node,
+                         output_nr=self.output_nr, device=self.device,
+                         version_box=self.version_box)
+        if ON_UNPACK_OUTPUT is not None:  # forward mode: the output's tangents
+            ON_UNPACK_OUTPUT(self.data, t)
+        return t
 
 
 class SavedMeta:

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from ..errors import TracerError
 from .api import Jitted, jit
+from .trace.control import cond, while_loop
 from .trace.loops import fori_loop, scan
 from .verify import PromotionMismatchWarning
 from .verify import set_enabled as set_promotion_check
 
-__all__ = ["Jitted", "PromotionMismatchWarning", "TracerError", "fori_loop", "jit", "scan",
-           "set_promotion_check"]
+__all__ = ["Jitted", "PromotionMismatchWarning", "TracerError", "cond", "fori_loop", "jit", "scan",
+           "set_promotion_check", "while_loop"]
 
 
 class _CallableModule(__import__("types").ModuleType):

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes, pytree
+from ..autograd import forward
 from ..autograd.node import RETAIN_GRAPH_MESSAGE, Node, SavedTensor, gradient_edge
 from ..backends import is_cuda_array, to_host
 from ..errors import TracerError
@@ -127,9 +128,11 @@ class Jitted:
         return _Signature(key, leaves, spec)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if STATE_TRACE.tracer is not None:
+        if STATE_TRACE.tracer is not None or forward.STATE.active:
             # called while an outer jit (or a loop body) traces: inline, as JAX does, so
-            # the outer graph records these ops and differentiates through them
+            # the outer graph records these ops and differentiates through them; inside
+            # jvp, run the ops eagerly, since forward mode pushes tangents op by op (a
+            # compiled graph would drop them; jit(jvp(f)) compiles both)
             return self.fn(*args, **kwargs)
         sig = self._signature(args, kwargs)
         while True:

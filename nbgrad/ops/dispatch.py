@@ -3,8 +3,9 @@
 :func:`apply` is the one path every op takes. It checks devices, calls the kernel
 for the tensors' device, and when gradients are needed calls the recorder that
 :mod:`nbgrad.autograd` installs at import (:func:`set_recorder`; it builds the
-backward node), then the tracer of :mod:`nbgrad.jit` and, in anomaly mode, the
-observer (:func:`set_observer`). This package never imports ``nbgrad.autograd``.
+backward node), then the tracer of :mod:`nbgrad.jit`, in anomaly mode the observer
+(:func:`set_observer`) and, while a forward-mode level is open, the tangent hook
+(:func:`set_forward`). This package never imports ``nbgrad.autograd``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ def _no_recorder(op: OpDef, args: tuple, outputs: list) -> None:
 _recorder: Callable[[OpDef, tuple, list], None] = _no_recorder
 #: ``(op, outputs)``: checks every op's outputs; set by anomaly mode, else None
 _observer: Callable[[OpDef, list], None] | None = None
+#: ``(op, args, outputs)``: pushes tangents through the op while a forward-mode level
+#: is open (installed by nbgrad.autograd.forward), else None
+_forward: Callable[[OpDef, tuple, list], None] | None = None
+#: ``(src, dst)``: gives ``dst`` the tangents of ``src`` (in-place ops), with ``_forward``
+_transfer: Callable[[Tensor, Tensor, bool], None] | None = None
 
 
 def set_recorder(record: Callable[[OpDef, tuple, list], None]) -> None:
@@ -43,6 +49,21 @@ def set_observer(observe: Callable[[OpDef, list], None] | None) -> None:
     """Install (or with None remove) the hook called with every op's outputs."""
     global _observer
     _observer = observe
+
+
+def set_forward(hook: Callable[[OpDef, tuple, list], None] | None,
+                transfer: Callable[[Tensor, Tensor, bool], None] | None = None) -> None:
+    """Install (or with None remove) the forward-mode hook called after every op, and the
+    function that moves a tensor's tangents to the tensor standing for it."""
+    global _forward, _transfer
+    _forward, _transfer = hook, transfer
+
+
+def transfer_tangent(src: Tensor, dst: Tensor, replace: bool = False) -> None:
+    """Give ``dst`` the tangents of ``src`` while forward mode is on (else nothing);
+    ``replace``: ``dst`` now holds ``src``'s value (an in-place op)."""
+    if _transfer is not None:
+        _transfer(src, dst, replace)
 
 
 def _flat_tensors(op: OpDef, args: tuple) -> list[Tensor | None]:
@@ -128,6 +149,8 @@ def apply(op: OpDef, args: tuple):
         STATE_TRACE.tracer.record(op, args, outputs)
     if _observer is not None:
         _observer(op, outputs)
+    if _forward is not None:
+        _forward(op, args, outputs)
     return outputs[0] if single else tuple(outputs)
 
 

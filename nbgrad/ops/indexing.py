@@ -19,6 +19,7 @@ from ..kernels.layout import c_contiguous, call_native
 from ..tensor import Tensor
 from .convert import to_dtype
 from .dispatch import apply, as_tensor
+from .dynamic import dynamic_index, is_dynamic
 from .registry import get, kernel, op_function
 from .shape import _dim as shape_dim
 from .shape import broadcast_to, reshape
@@ -103,7 +104,10 @@ def _index_kernel(x, indices):
 
 @op_function("index")
 def index(self: Tensor, indices) -> Tensor:
-    """``self[indices]`` with NumPy's basic and advanced indexing."""
+    """``self[indices]`` with NumPy's basic and advanced indexing; a traced integer or
+    ``ds`` in a basic index reads a window (:mod:`nbgrad.ops.dynamic`)."""
+    if not isinstance(indices, Index) and is_dynamic(indices):
+        return dynamic_index(self, indices)
     idx = indices if isinstance(indices, Index) else normalize_index(indices, self.shape)
     return apply(get("index"), (self, idx))
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..grad_mode import STATE, no_grad
 from ..tensor import Tensor
+from . import dispatch
 from .elementwise import add, clamp, div, mul, sub, where
 from .indexing import index_put
 
@@ -54,8 +55,10 @@ def apply_inplace(
             output_nr=self._output_nr,
             device=self._device,
         )
+        dispatch.transfer_tangent(self, old)
         new = compute(old)
         _store(self, new, name)
+        dispatch.transfer_tangent(new, self, replace=True)
         self.grad_fn = new.grad_fn
         self._output_nr = new._output_nr
         self._requires_grad = new._requires_grad
@@ -63,6 +66,7 @@ def apply_inplace(
         with no_grad():
             new = compute(self)
         _store(self, new, name)
+        dispatch.transfer_tangent(new, self, replace=True)
     self._version_box[0] += 1
     return self
 

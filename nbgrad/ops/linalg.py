@@ -359,9 +359,10 @@ def _diagonal_backward_kernel(g, input_sizes, offset, dim1, dim2):
 @op_function("diagonal_backward")
 def diagonal_backward(self: Tensor, input_sizes, offset: int, dim1: int, dim2: int) -> Tensor:
     """Zeros of shape ``input_sizes`` with ``self`` written on a diagonal (the backward
-    of ``diagonal``)."""
-    return apply(get("diagonal_backward"),
-                 (self, tuple(int(s) for s in input_sizes), int(offset), int(dim1), int(dim2)))
+    of ``diagonal``); negative dims count from the end of ``input_sizes``."""
+    sizes = tuple(int(s) for s in input_sizes)
+    d1, d2 = (_dim(d, len(sizes), "diagonal_backward") for d in (dim1, dim2))
+    return apply(get("diagonal_backward"), (self, sizes, int(offset), d1, d2))
 
 
 def _diag_static(attrs: dict, shapes: tuple) -> NativePlan:

@@ -15,7 +15,8 @@ from .decomp import inv, solve, solve_triangular
 from .dispatch import as_tensor, promote_operands
 from .linalg import matmul
 from .reduction import amax, amin, norm, sum
-from .shape import reshape, stack, transpose
+from .shape import permute, reshape, stack, transpose
+from .spectral import svdvals
 
 __all__ = ["cholesky", "cholesky_inverse", "matrix_norm", "triangular_solve", "vander", "vdot",
            "vecdot", "vector_norm"]
@@ -39,9 +40,10 @@ def vector_norm(x: Tensor, ord: float = 2, dim=None, keepdim: bool = False, *,  
 
 def matrix_norm(A: Tensor, ord="fro", dim=(-2, -1), keepdim: bool = False, *,  # noqa: A002
                 dtype=None) -> Tensor:
-    """A matrix norm over the two dims ``dim``: ``'fro'``, or the induced ``1``, ``-1``
-    (column sums), ``inf``, ``-inf`` (row sums). The spectral and nuclear norms need
-    singular values, which this nbgrad has no differentiable op for yet (they raise)."""
+    """A matrix norm over the two dims ``dim``: ``'fro'``, the induced ``1``, ``-1``
+    (column sums), ``inf``, ``-inf`` (row sums), or through the singular values
+    (:func:`~nbgrad.linalg.svdvals`) ``'nuc'`` (their sum), ``2`` and ``-2`` (the largest
+    and smallest)."""
     A = as_tensor(A)
     if dtype is not None:
         A = A.to(dtype)
@@ -52,8 +54,15 @@ def matrix_norm(A: Tensor, ord="fro", dim=(-2, -1), keepdim: bool = False, *,  #
     if ord == "fro":
         return norm(A, 2.0, (rows, cols), keepdim=keepdim)
     if ord in ("nuc", 2, -2):
-        raise NotImplementedError(f"matrix_norm: ord={ord!r} needs singular values "
-                                  "(linalg.svd), not available yet")
+        if rows == cols:
+            raise RuntimeError(f"matrix_norm: dim must name two different dims, got {dim}")
+        rest = [i for i in range(A.ndim) if i not in (rows, cols)]
+        S = svdvals(permute(A, (*rest, rows, cols)))
+        out = sum(S, -1) if ord == "nuc" else (amax if ord == 2 else amin)(S, -1)
+        if keepdim:
+            out = reshape(out, tuple(1 if i in (rows, cols) else n
+                                     for i, n in enumerate(A.shape)))
+        return out
     if ord not in (1, -1, np.inf, -np.inf):
         raise ValueError(f"matrix_norm: ord must be 'fro', 'nuc', 1, -1, 2, -2, inf or -inf, "
                          f"got {ord!r}")

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..factories import arange
 from ..tensor import Tensor
 from .arrange import movedim
 from .dispatch import as_tensor, promote_operands
 from .elementwise import where
 from .indexing import index_put, scatter_add
-from .shape import _dim, broadcast_tensors, reshape
+from .reduction import amax, amin, prod
+from .shape import _dim, broadcast_tensors, cat, ones_like, pad, reshape, unsqueeze
+from .statistics import any as any_
 
 __all__ = ["allclose", "argwhere", "bincount", "bucketize", "equal", "histc", "index_add",
            "index_copy", "index_fill", "isclose", "isin", "masked_scatter", "masked_select",
@@ -105,18 +108,63 @@ def masked_scatter(self: Tensor, mask: Tensor, source: Tensor) -> Tensor:
     return reshape(flat, tuple(x.shape))
 
 
+def _scatter_candidates(op: str, x: Tensor, d: int, idx: Tensor, s: Tensor, reduce: str,
+                        include_self: bool) -> Tensor:
+    """``'prod'``, ``'amax'``, ``'amin'`` of :func:`scatter_reduce` over the block of ``x``
+    that ``idx`` covers: with ``dim`` last, the ``(..., N, K)`` candidates ``src[..., k]``
+    where ``idx[..., k] == n`` (the reduction's identity elsewhere), and ``x`` itself as one
+    more with ``include_self``, reduced over the last dim by ``prod``/``amax``/``amin``
+    (whose gradients are PyTorch's: exact with zeros, ties share evenly)."""
+    block = tuple(slice(0, idx.shape[i]) if i != d else slice(None) for i in range(x.ndim))
+    xb = x[block]
+    sb = s[tuple(slice(0, n) for n in idx.shape)]
+    # scatter_add's kernel checks the indices (also under nbgrad.jit): a zero, kept in
+    guard = scatter_add(xb.detach() * 0, d, idx, sb.detach() * 0)
+    xm, im, sm = (movedim(t, d, -1) for t in (xb, idx, sb))
+    n = xm.shape[-1]
+    hit = unsqueeze(im, -2) == reshape(arange(n), (n, 1))              # (..., N, K)
+    neutral = {"prod": 1.0, "amax": -np.inf, "amin": np.inf}[reduce]
+    cand = where(hit, unsqueeze(sm, -2), neutral)
+    if include_self:
+        cand = cat([cand, unsqueeze(xm, -1)], -1)
+    fold = {"prod": prod, "amax": amax, "amin": amin}[reduce]
+    out = fold(cand, -1) if cand.shape[-1] else xm
+    if not include_self:
+        out = where(any_(hit, -1), out, xm)
+    out = movedim(out, -1, d) + guard
+    if tuple(out.shape) == tuple(x.shape):
+        return out
+    widths = [w for i in reversed(range(x.ndim)) for w in (0, x.shape[i] - out.shape[i])]
+    return where(pad(ones_like(out), widths) > 0, pad(out, widths), x)
+
+
 def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *,
                    include_self: bool = True) -> Tensor:
     """``self`` with ``src``'s entries reduced into the positions ``index`` names along
-    ``dim`` (as :func:`scatter_add`): ``reduce`` is ``'sum'`` or ``'mean'`` (the mean of
-    the entries sent there, and of ``self``'s own value with ``include_self``); positions
-    nothing is sent to keep ``self``'s value. (``'prod'``, ``'amax'`` and ``'amin'`` are
-    not supported yet.)"""
-    if reduce not in ("sum", "mean"):
-        raise NotImplementedError(f"scatter_reduce: reduce={reduce!r} is not supported "
-                                  "(only 'sum' and 'mean')")
+    ``dim`` (as :func:`scatter_add`): ``reduce`` is ``'sum'``, ``'mean'`` (the mean of the
+    entries sent there, and of ``self``'s own value with ``include_self``), ``'prod'``,
+    ``'amax'`` or ``'amin'``; positions nothing is sent to keep ``self``'s value. Gradients
+    are PyTorch's (``amax``/``amin``: shared evenly by the tied entries, ``self``'s
+    included; with ``include_self=False`` a ``self`` equal to the result does not take a
+    share, where PyTorch still counts it; ``prod``: exact with zeros). ``prod``,
+    ``amax`` and ``amin`` compare every source entry with every position of its line
+    (memory ``src.numel() * self.shape[dim]``)."""
+    if reduce not in ("sum", "mean", "prod", "amax", "amin"):
+        raise RuntimeError(f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or "
+                           f"'amin', got {reduce!r}")
     x, s = promote_operands(self, src)
     idx = as_tensor(index)
+    if reduce in ("prod", "amax", "amin"):
+        if idx.dtype.kind not in "iu" or idx.ndim != x.ndim or s.ndim != x.ndim or any(
+                idx.shape[i] > s.shape[i] or (i != _dim(dim, x.ndim, "scatter_reduce")
+                                              and idx.shape[i] > x.shape[i])
+                for i in range(idx.ndim)):
+            raise RuntimeError(f"scatter_reduce: index ({idx.dtype}, shape "
+                               f"{tuple(idx.shape)}) must be an integer tensor of the rank of "
+                               f"self {tuple(x.shape)} and src {tuple(s.shape)}, no larger "
+                               "than src, nor than self outside dim")
+        return _scatter_candidates("scatter_reduce", x, _dim(dim, x.ndim, "scatter_reduce"),
+                                   idx, s, reduce, include_self)
     zeros = x * 0.0
     total = scatter_add(zeros, dim, idx, s)
     count = scatter_add(zeros.detach(), dim, idx, (s * 0.0 + 1.0).detach())

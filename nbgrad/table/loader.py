@@ -13,7 +13,11 @@ from .formula import Formula, compile_formula
 from .schema import Schema, parse_schema
 
 NON_DIFFERENTIABLE = "non_differentiable"
-ENTRY_KEYS = frozenset({"name", "output_differentiability", "not_differentiable", "doc"})
+ENTRY_KEYS = frozenset({"name", "output_differentiability", "not_differentiable", "doc",
+                        "result"})
+#: ``result:`` values that derive the forward derivative from the backward formulas, as
+#: PyTorch's table spells them (the op's kind picks one when an entry gives none)
+AUTO_FORWARD = frozenset({"auto_element_wise", "auto_linear"})
 
 
 @dataclass
@@ -26,6 +30,10 @@ class Entry:
     output_differentiability: tuple[bool, ...]
     not_differentiable: bool
     doc: str = ""
+    #: the forward derivative (``result:``): a formula over the inputs, their tangents
+    #: ``<name>_t`` and ``result``; one of :data:`AUTO_FORWARD`; or None (the op's kind
+    #: decides, see :mod:`nbgrad.autograd.forward`)
+    forward: Formula | str | None = None
 
     @property
     def name(self) -> str:
@@ -83,6 +91,11 @@ def _scope(schema: Schema) -> frozenset[str]:
     return frozenset(names)
 
 
+def _forward_scope(schema: Schema) -> frozenset[str]:
+    tangents = {f"{p.name}_t" for p in schema.params if p.is_tensor or p.is_tensor_list}
+    return _scope(schema) - {"grad", "grads", "grad_input_mask"} | tangents
+
+
 def build_entry(raw: dict, is_op: Callable[[str], bool], resolve: Callable[[str], Callable],
                 is_tensor: Callable[[object], bool],
                 helpers: Mapping[str, Callable] | None = None,
@@ -124,10 +137,18 @@ def build_entry(raw: dict, is_op: Callable[[str], bool], resolve: Callable[[str]
     elif len(out_diff) != len(schema.returns):
         raise TableError(f"{where}: output_differentiability has {len(out_diff)} entries, "
                          f"the op has {len(schema.returns)} outputs")
+    forward = raw.get("result")
+    if forward is not None and str(forward) not in AUTO_FORWARD:
+        if not_diff:
+            raise TableError(f"{where}: marked not_differentiable but has a 'result' formula")
+        forward = compile_fn(str(forward), f"{where}, forward formula 'result'",
+                             _forward_scope(schema), is_op, resolve, is_tensor, helpers,
+                             backward_helpers)
     return Entry(schema=schema, formulas=formulas,
                  non_differentiable_inputs=frozenset(nondiff_inputs),
                  output_differentiability=tuple(bool(x) for x in out_diff),
-                 not_differentiable=not_diff, doc=str(raw.get("doc", "")))
+                 not_differentiable=not_diff, doc=str(raw.get("doc", "")),
+                 forward=str(forward) if isinstance(forward, str) else forward)
 
 
 def _check_helper_names(is_op: Callable[[str], bool], helpers: Mapping[str, Callable],

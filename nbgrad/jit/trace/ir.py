@@ -182,7 +182,9 @@ class LoopInfo:
       ``start + step * j`` of a stack of ``length`` rows (other rows are zero);
     - ``index``: ``(start, step)`` when the body's first input is the int64 counter
       ``start + step * j``, else ``None``;
-    - ``body``: the body graph.
+    - ``body``: the body graph;
+    - ``remat``: the gradient stacks only the step inputs and recomputes the rest of
+      the body during backward (a checkpointed loop, ``fori_loop(checkpoint=...)``).
     """
 
     count: int
@@ -192,12 +194,13 @@ class LoopInfo:
     ys_index: tuple[tuple[int, int, int], ...]
     index: tuple[int, int] | None
     body: Graph
+    remat: bool = False
 
     @staticmethod
     def of(node: Node) -> LoopInfo:
         a = node.attrs
         return LoopInfo(a["count"], a["n_carry"], a["n_xs"], a["xs_index"], a["ys_index"],
-                        a["index"], a["body"])
+                        a["index"], a["body"], a.get("remat", False))
 
     @property
     def n_ys(self) -> int:
@@ -206,7 +209,7 @@ class LoopInfo:
     def attrs(self) -> dict[str, Any]:
         return {"count": self.count, "n_carry": self.n_carry, "n_xs": self.n_xs,
                 "xs_index": self.xs_index, "ys_index": self.ys_index, "index": self.index,
-                "body": self.body}
+                "body": self.body, "remat": self.remat}
 
     def body_inputs(self) -> tuple[Var | None, list[Var], list[Var], list[Var]]:
         """(index var or None, carry vars, xs row vars, invariant vars) of the body."""

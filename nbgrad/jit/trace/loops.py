@@ -25,12 +25,15 @@ from typing import Any
 import numpy as np
 
 from ... import pytree
+from ...autograd import forward
 from ...autograd.node import RETAIN_GRAPH_MESSAGE, SavedOutput, SavedTensor, gradient_edge
 from ...autograd.node import Node as AutogradNode
 from ...errors import TracerError
 from ...factories import tensor
 from ...grad_mode import STATE, enable_grad, no_grad
-from ...ops import stack
+from ...ops import cat, stack
+from ...recompute import checkpoint as checkpoint_fn
+from ...recompute import checkpointed_steps, loop_segments
 from ...tensor import STATE_TRACE, Tensor
 from ..reference import replay
 from .autodiff import consts_for, joint_graph, partial_eval, reached_inputs, unrolled_reach
@@ -67,18 +70,40 @@ def _index_tensor(i: int) -> Tensor:
     return Tensor._make(np.asarray(i, np.int64))
 
 
-def fori_loop(lower: int, upper: int, body: Callable[[Tensor, Any], Any], init: Any) -> Any:
+def fori_loop(lower: int, upper: int, body: Callable[[Tensor, Any], Any], init: Any, *,
+              checkpoint: bool | int | str | None = None, _remat: bool = False) -> Any:
     """``val = init; for i in range(lower, upper): val = body(i, val)``; returns ``val``.
 
     ``i`` is an int64 0-d tensor; ``init`` is a tensor or a tuple/list/dict of tensors
     (numbers become tensors) and ``body`` must return the same structure, shapes and
     dtypes. Under ``nbgrad.jit`` the body is traced once and runs as a native loop;
     gradients flow to ``init`` and to every tensor the body closes over.
+
+    ``checkpoint`` bounds the memory of the gradient: ``True`` or ``"sqrt"`` keeps about
+    ``2 sqrt(T)`` carries of a ``T``-step loop, an int ``k`` one carry per ``k`` steps
+    (plus the ``k`` of the segment being differentiated), ``"log"`` (outside
+    ``nbgrad.jit``) about ``2 log2(T)``; the steps in between are recomputed during
+    backward (see :mod:`nbgrad.recompute`). Under ``nbgrad.jit`` the loop becomes a loop
+    over segments whose gradient stacks only each segment's first carry.
     """
     lower = _static_int(lower, "lower", "fori_loop")
     upper = _static_int(upper, "upper", "fori_loop")
     leaves, spec = pytree.flatten(init)
     carry = [_leaf_tensor(x, "fori_loop", "init") for x in leaves]
+    if checkpoint is not None and checkpoint is not False:
+        segments = loop_segments(max(upper - lower, 0), checkpoint)  # checks the value
+        if STATE_TRACE.tracer is not None:
+            if checkpoint == "log":
+                raise NotImplementedError(f"{user_site()}: fori_loop(checkpoint='log') is "
+                                          "not supported inside nbgrad.jit yet; use True "
+                                          "(sqrt) or a segment length there")
+            return _segmented(lower, upper, body, init, segments[0][1] if segments else 1)
+
+        def step(k: int, val: Any) -> Any:
+            return pytree.unflatten(spec, _check_carry("fori_loop", spec, carry,
+                                                       body(_index_tensor(lower + k), val)))
+        return checkpointed_steps(step, max(upper - lower, 0), checkpoint,
+                                  pytree.unflatten(spec, carry))
     if STATE_TRACE.tracer is None:  # the same carry check as the traced body's
         val = pytree.unflatten(spec, carry)
         for i in range(lower, upper):
@@ -93,18 +118,36 @@ def fori_loop(lower: int, upper: int, body: Callable[[Tensor, Any], Any], init: 
 
     holders = [_index_tensor(lower)] + _placeholders([t._data for t in carry])
     graph, inv = _trace_body(traced, holders)
-    info = LoopInfo(count, len(carry), 0, (), (), (lower, 1), graph)
+    info = LoopInfo(count, len(carry), 0, (), (), (lower, 1), graph, _remat)
     outs = apply_loop(info, carry + inv)
     return pytree.unflatten(spec, outs)
 
 
+def _segmented(lower: int, upper: int, body: Callable, init: Any, size: int) -> Any:
+    """A traced ``fori_loop`` in segments of ``size`` steps: an outer loop whose gradient
+    stacks one carry per segment and recomputes the segment (``LoopInfo.remat``), then
+    the remaining steps."""
+    count = max(upper - lower, 0)
+    full = count // size
+
+    def segment(j, val):
+        start = j * size + lower
+        return fori_loop(0, size, lambda k, v: body(start + k, v), val)
+
+    val = fori_loop(0, full, segment, init, _remat=True) if full else init
+    return fori_loop(lower + full * size, upper, body, val)
+
+
 def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
-         length: int | None = None, reverse: bool = False) -> tuple[Any, Any]:
+         length: int | None = None, reverse: bool = False, *,
+         checkpoint: bool | int | str | None = None) -> tuple[Any, Any]:
     """JAX's ``scan``: ``carry, y = f(carry, x)`` for each row ``x`` of ``xs``.
 
     Returns ``(final carry, ys)`` where ``ys`` stacks the ``y`` of every step (in the
     order of ``xs`` also when ``reverse=True``). ``xs`` is a tensor or a structure of
     tensors with a common leading length (or None, then ``length`` is required).
+    ``checkpoint`` (``True``/``"sqrt"`` or a segment length; outside ``nbgrad.jit``)
+    keeps one carry per segment for the gradient and recomputes the steps between.
     """
     leaves, spec = pytree.flatten(init)
     carry = [_leaf_tensor(x, "scan", "init") for x in leaves]
@@ -119,6 +162,14 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
         raise ValueError(f"scan: xs and length disagree on the number of steps: "
                          f"{sorted(lengths) if lengths else 'none given'}")
     n = lengths.pop()
+    if checkpoint is not None and checkpoint is not False and n > 0:
+        if checkpoint == "log":
+            raise ValueError("scan: checkpoint='log' is for fori_loop; give True, 'sqrt' or "
+                             "a segment length")
+        if STATE_TRACE.tracer is not None:
+            raise NotImplementedError(f"{user_site()}: scan(checkpoint=...) is not supported "
+                                      "inside nbgrad.jit yet; leave checkpoint out there")
+        return _scan_segments(f, spec, carry, xspec, xt, n, reverse, checkpoint)
     if STATE_TRACE.tracer is None:
         return _scan_eager(f, spec, carry, xspec, xt, n, reverse)
     yspec_box: list = []
@@ -147,6 +198,25 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
     outs = apply_loop(info, carry + xt + inv)
     return (pytree.unflatten(spec, outs[:len(carry)]),
             pytree.unflatten(yspec_box[0], outs[len(carry):]))
+
+
+def _scan_segments(f, spec, carry, xspec, xt, n, reverse, how):
+    """An eager scan in checkpointed segments (:func:`nbgrad.recompute.loop_segments`)."""
+    segments = loop_segments(n, how)
+    parts: list = [None] * len(segments)
+    c = pytree.unflatten(spec, carry)
+    order = range(len(segments) - 1, -1, -1) if reverse else range(len(segments))
+    for k in order:
+        s, e, _ = segments[k]
+
+        def run(c, rows, s=s, e=e):
+            out_c, ys = _scan_eager(f, spec, pytree.flatten(c)[0], xspec, list(rows),
+                                    e - s, reverse)
+            return out_c, ys
+        c, parts[k] = checkpoint_fn(run)(c, [t[s:e] for t in xt])
+    yleaves = [pytree.flatten(p) for p in parts]
+    stacked = [cat([leaves[j] for leaves, _ in yleaves]) for j in range(len(yleaves[0][0]))]
+    return c, pytree.unflatten(yleaves[0][1], stacked)
 
 
 def _scan_eager(f, spec, carry, xspec, xt, n, reverse):
@@ -238,6 +308,11 @@ def apply_loop(info: LoopInfo, inputs: Sequence[Tensor]) -> list[Tensor]:
     Returns the loop's outputs (final carries, then ys stacks).
     """
     inputs = list(inputs)
+    if forward.STATE.active and forward.has_tangent(inputs):
+        raise NotImplementedError(
+            f"{user_site()}: forward mode (jvp, jacfwd, hvp) through fori_loop/scan inside "
+            "nbgrad.jit is not supported yet; call the transform outside nbgrad.jit, or use "
+            "reverse mode (vjp, grad, jacobian)")
     rg = tuple(bool(STATE.grad_enabled and t._requires_grad) for t in inputs)
     tracer = STATE_TRACE.tracer
     if any(rg) and tracer is not None and tracer.parent is not None:
@@ -397,7 +472,7 @@ class LoopPlan:
 
 
 def _get_plan(info: LoopInfo, rg: tuple[bool, ...], inputs: Sequence[Tensor]) -> LoopPlan:
-    key = ("plan", info.count, info.xs_index, info.ys_index, info.index, rg)
+    key = ("plan", info.count, info.xs_index, info.ys_index, info.index, rg, info.remat)
     plan = info.body.cache.get(key)
     if plan is None:
         plan = info.body.cache[key] = _build_plan(info, rg, [t._data for t in inputs])
@@ -455,10 +530,11 @@ def _step_example(info: LoopInfo, idx_v: Var | None, in_vars: list[Var],
 
 
 def _residuals(j_inputs: list[Var], pnodes: list[Node], tnodes: list[Node],
-               needed: list[Var], off: int, nc: int, nx: int):
+               needed: list[Var], off: int, nc: int, nx: int, remat: bool = False):
     """What the backward body reads from the forward: the per-step values the forward
     loop stacks, the xs and invariants it reads, whether it reads the index; values that
-    depend only on invariants are recomputed (prepended to ``tnodes``), not stacked.
+    depend only on invariants are recomputed (prepended to ``tnodes``), not stacked, and
+    with ``remat`` every value is (only the step's inputs are stacked).
     Returns (tnodes, stacked, xs_used, inv_used, idx_used)."""
     pos = {id(v): i for i, v in enumerate(j_inputs)}
     # values that depend only on loop invariants are recomputed by the backward body
@@ -486,7 +562,7 @@ def _residuals(j_inputs: list[Var], pnodes: list[Node], tnodes: list[Node],
 
     kept_needed = []
     for v in needed:
-        if id(v) not in pos and id(v) not in variant:
+        if id(v) not in pos and (remat or id(v) not in variant):
             pull(v)
         else:
             kept_needed.append(v)
@@ -535,7 +611,7 @@ def _build_plan(info: LoopInfo, rg: tuple[bool, ...], example: list[np.ndarray])
     j_xs = j_inputs[off + nc:off + nc + nx]
     j_inv = j_inputs[off + nc + nx:]
     tnodes, stacked, xs_used, inv_used, idx_used = _residuals(
-        j_inputs, pnodes, tnodes, needed, off, nc, nx)
+        j_inputs, pnodes, tnodes, needed, off, nc, nx, info.remat)
     count = info.count
     last = max(count - 1, 0)
     # ---- forward loop with stacks

@@ -475,7 +475,7 @@ def replay_node(node: Node, values: list) -> list:
     if node.op == ONCE_DIFFERENTIABLE:
         return [mark_once(values[0], node.attrs["name"])]
     if node.op in MARKERS:  # StopGradient
-        return [stop_gradient(values[0])]
+        return [stop_gradient(values[0], node.attrs.get("keep_tangent", False))]
     from .function_trace import replay_function  # cyclic: function_trace builds PythonOps
     return replay_function(node, values)
 

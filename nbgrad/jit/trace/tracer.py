@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from ...autograd import forward
 from ...backends import is_cuda_array
 from ...errors import TracerError
 from ...grad_mode import STATE
@@ -50,6 +51,20 @@ from .ir import STOP_GRADIENT, Graph, Node, Var
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _SMALL = 64  # constants with at most this many elements are shared by value
+
+
+def _differentiated(t: Tensor) -> bool:
+    """Whether a tensor from outside the trace is differentiated: it requires grad, or it
+    has a tangent of an open forward-mode level (then it is an input, not a constant, so
+    that a replay of the graph on it carries its tangent)."""
+    return t._requires_grad or (bool(forward.STATE.active) and forward.has_tangent((t,)))
+
+
+def _tangent_only(t: Tensor) -> bool:
+    """A tensor folded into a constant that has a tangent of an open forward-mode level
+    (a ``jvp`` input made from a constant): it must become an input, so that a replay of
+    the graph on the tensor itself carries the tangent."""
+    return bool(forward.STATE.active) and forward.has_tangent((t,))
 
 
 def user_site() -> str:
@@ -95,7 +110,7 @@ class Tracer:
         #: inputs requiring grad carry a gradient only when grad mode was on at the start
         self._grad_roots = STATE.grad_enabled
         self._carry: set[int] = set()  # ids of the vars that carry a gradient
-        self._stops: dict[int, Var] = {}  # id(var) -> its StopGradient var
+        self._stops: dict[tuple[int, bool], Var] = {}  # (id(var), kind) -> its marker var
 
     # ------------------------------------------------------------------ install
     def __enter__(self) -> Tracer:
@@ -147,12 +162,14 @@ class Tracer:
         if v is not None:
             if t._requires_grad and id(v) in self._stand_ins:
                 self._prefer(v, t)
+            if not self.is_dynamic(v) and self.parent is None and _tangent_only(t):
+                return self._implicit(t)
             return v
         if self.parent is not None:
             outer = self.parent._dynamic_var(t)
             if outer is not None:
                 return self._capture(outer, t)
-        elif self.implicit_inputs and t._requires_grad:
+        elif self.implicit_inputs and _differentiated(t):
             v = self.add_input(t)
             self.implicit.append((t, v))
             return v
@@ -162,16 +179,24 @@ class Tracer:
         """The var of ``t`` if it is dynamic here (or in an enclosing trace)."""
         v = self.lookup(t)
         if v is not None:
+            if not self.is_dynamic(v) and self.parent is None and _tangent_only(t):
+                return self._implicit(t)
             return v if self.is_dynamic(v) else None
         if self.parent is not None:
             outer = self.parent._dynamic_var(t)
             if outer is not None:
                 return self._capture(outer, t)
-        elif self.implicit_inputs and t._requires_grad:
+        elif self.implicit_inputs and _differentiated(t):
             v = self.add_input(t)
             self.implicit.append((t, v))
             return v
         return None
+
+    def _implicit(self, t: Tensor) -> Var:
+        """``t`` as an implicit input (read from the tensor at every run)."""
+        v = self.add_input(t)
+        self.implicit.append((t, v))
+        return v
 
     def _capture(self, outer: Var, t: Tensor) -> Var:
         inner = self._captured.get(id(outer))
@@ -238,12 +263,15 @@ class Tracer:
         """Whether ``v`` carries a gradient when the graph is differentiated."""
         return id(v) in self._carry
 
-    def _stop(self, v: Var) -> Var:
-        """``v`` through a StopGradient marker (one per var)."""
-        s = self._stops.get(id(v))
+    def _stop(self, v: Var, keep_tangent: bool = False) -> Var:
+        """``v`` through a StopGradient marker (one per var and kind). ``keep_tangent``:
+        the marker stands for an autograd cut (no_grad, a value that does not require
+        grad), which forward mode passes through, not for a ``detach()``, which it stops."""
+        s = self._stops.get((id(v), keep_tangent))
         if s is None:
-            s = self._stops[id(v)] = v.like()
-            self.graph.nodes.append(Node(STOP_GRADIENT, [v], [s]))
+            s = self._stops[(id(v), keep_tangent)] = v.like()
+            attrs = {"keep_tangent": True} if keep_tangent else None
+            self.graph.nodes.append(Node(STOP_GRADIENT, [v], [s], attrs))
             self._dynamic.add(id(s))
         return s
 
@@ -253,7 +281,7 @@ class Tracer:
         v = self.var_of(t)
         if self.cut_gradients and not t._requires_grad and id(v) in self._carry \
                 and STATE.grad_enabled:
-            return self._stop(v)
+            return self._stop(v, keep_tangent=True)
         return v
 
     def detach(self, t: Tensor) -> Tensor | None:
@@ -317,14 +345,17 @@ class Tracer:
             return self.is_dynamic(v)
         if self.parent is not None:
             return self.parent.is_traced(t)
-        return self.implicit_inputs and t._requires_grad
+        return self.implicit_inputs and _differentiated(t)
 
     def refuse(self, what: str) -> None:
         raise TracerError(
             f"{user_site()}: {what} needs the value of a tensor that nbgrad.jit is tracing, "
             "and values are not known when the graph is built. Use tensor ops instead of "
-            "Python control flow (nbgrad.where, nbgrad.fori_loop, nbgrad.scan), or pass the "
-            "value as a static argument (static_argnums)")
+            "Python control flow: nbgrad.cond(pred, true_fn, false_fn, *operands) or "
+            "nbgrad.where for an if, nbgrad.while_loop(cond_fn, body_fn, init) for a while, "
+            "nbgrad.fori_loop or nbgrad.scan for a loop of known length, x[i] or "
+            "nbgrad.dynamic_slice to read and x.at[i].set(v) to update at a traced integer; "
+            "or pass the value as a static argument (static_argnums)")
 
     def wants_function(self, cls: type, args: tuple, kwargs: dict | None = None) -> bool:
         """Whether ``cls.apply(*args)`` must be recorded (see :mod:`.function_trace`)."""
@@ -363,18 +394,24 @@ def run_traced(tracer: Tracer, fn: Callable, *args: Any, quiet: bool = False) ->
         return fn(*args)
 
 
-def stop_gradient(x: Tensor) -> Tensor:
+def stop_gradient(x: Tensor, keep_tangent: bool = False) -> Tensor:
     """``x`` detached; under a tracer, its value through a StopGradient marker (how the
-    marker replays, so that a graph recorded from a replay cuts the gradient too)."""
+    marker replays, so that a graph recorded from a replay cuts the gradient too).
+    ``keep_tangent``: forward-mode tangents pass (an autograd cut, not a ``detach()``)."""
     tracer = STATE_TRACE.tracer
+    out = None
     if tracer is not None:
         v = tracer.lookup(x)
         if v is not None and tracer.is_dynamic(v):
             arr = x._data
-            t = Tensor._make(arr.copy() if is_cuda_array(arr) else np.array(arr, copy=True),
-                             device=x._device)
+            out = Tensor._make(arr.copy() if is_cuda_array(arr) else np.array(arr, copy=True),
+                               device=x._device)
             s = v.like()
-            tracer.graph.nodes.append(Node(STOP_GRADIENT, [v], [s]))
-            tracer.bind(t, s)
-            return t
-    return x.detach()
+            attrs = {"keep_tangent": True} if keep_tangent else None
+            tracer.graph.nodes.append(Node(STOP_GRADIENT, [v], [s], attrs))
+            tracer.bind(out, s)
+    if out is None:
+        out = x.detach()
+    if keep_tangent and forward.STATE.active:
+        forward.transfer_tangent(x, out)
+    return out

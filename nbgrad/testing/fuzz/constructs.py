@@ -80,6 +80,13 @@ FORI_BODIES: dict[str, tuple[Callable, str]] = {
     "gate": (lambda i, c, w: c * nb.sigmoid(w) + 0.1 * nb.sin(c),
              "c * nb.sigmoid({w}) + 0.1 * nb.sin(c)"),
     "quadratic": (lambda i, c, w: c - 0.1 * c * c + 0.2 * w, "c - 0.1 * c * c + 0.2 * {w}"),
+    # the counter indexes a closed-over value (dynamic_slice) and updates the carry
+    # (dynamic_update_slice through .at)
+    "index_read": (lambda i, c, w: 0.7 * c + 0.3 * nb.sin(w.reshape(-1)[i % w.size]),
+                   "0.7 * c + 0.3 * nb.sin({w}.reshape(-1)[i % {w}.size])"),
+    "index_update": (lambda i, c, w: c.reshape(-1).at[i % c.size].multiply(0.5).reshape(
+        c.shape) + 0.1 * w,
+        "c.reshape(-1).at[i % c.size].multiply(0.5).reshape(c.shape) + 0.1 * {w}"),
 }
 
 #: scan bodies ``(c, x) -> (c, y)``; ``full``: the carry has the shape of ``x``, else 0-d

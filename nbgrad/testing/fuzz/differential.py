@@ -2,11 +2,13 @@
 
 Executors: ``eager`` (float64 reference; float32 programs are also compared with their
 float64 twin), ``fd`` (the eager gradient against central finite differences in
-float64, along random directions), ``interpret`` (``nbgrad.jit(mode="interpret")``,
-tier 1), ``compile`` (``mode="compile"``, tier 2) and ``auto`` (``mode="auto"`` after
-the background promotion to tier 2). Every jitted function is called :data:`CALLS`
-times (the first call may take another path than later ones), the last time on slightly
-moved inputs; values, output dtypes and gradients must match eager each time.
+float64, along random directions), ``jvp`` (forward mode: the directional derivative of
+the loss by ``nbgrad.jvp`` against the eager gradient), ``interpret``
+(``nbgrad.jit(mode="interpret")``, tier 1), ``compile`` (``mode="compile"``, tier 2)
+and ``auto`` (``mode="auto"`` after the background promotion to tier 2). Every jitted
+function is called :data:`CALLS` times (the first call may take another path than later
+ones), the last time on slightly moved inputs; values, output dtypes and gradients must
+match eager each time.
 
 Tier 2 compiles are the expensive part, so ``compile`` and ``auto`` run programs in
 batches: one jitted function returns every program's result (their leaves are disjoint,
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ... import jit
+from ... import functional, jit
 from ...tensor import Tensor
 from .program import Program, to_source
 from .special import (
@@ -44,7 +46,7 @@ from .special import (
     special_inputs,
 )
 
-EXECUTORS = ("eager", "fd", "interpret", "compile", "auto")
+EXECUTORS = ("eager", "fd", "jvp", "interpret", "compile", "auto")
 #: calls of each jitted function (the first traces; later ones run the compiled graph)
 CALLS = 3
 #: how far the inputs of the last call move (well inside the generator's GAP)
@@ -317,6 +319,40 @@ def finite_differences(program: Program, eps: float = 1e-6, directions: int = 2
     return found
 
 
+def forward_mode(program: Program, ref: Result) -> list[Mismatch]:
+    """The loss's directional derivative by forward mode (``nbgrad.jvp``) against the
+    eager (reverse-mode) gradient, along a random direction, on the first call's inputs."""
+    base = inputs(program, 1)
+    floats = [k for k, a in enumerate(base) if a.dtype.kind == "f"]
+    rng = np.random.default_rng([program.seed, 7])
+    v = {k: rng.standard_normal(base[k].shape).astype(base[k].dtype) for k in floats}
+
+    def loss(*xs):
+        full = [Tensor(a) for a in base]
+        for k, x in zip(floats, xs, strict=True):
+            full[k] = x
+        return program.loss(*full)
+
+    try:
+        _, tangent = functional.jvp(loss, [Tensor(base[k]) for k in floats],
+                                    [Tensor(v[k]) for k in floats])
+    except Exception as exc:
+        if str(exc).startswith("forward mode"):  # a clear refusal (a NumPy backward)
+            return []
+        return [_raised(exc, program, "jvp", 1)]
+    got = float(tangent.numpy())
+    want = sum(float(np.sum(ref.grads[k].astype(np.float64) * v[k])) for k in floats
+               if ref.grads[k] is not None)
+    rtol, atol = TOLERANCE[program.dtype]
+    scale = sum(float(np.sum(np.abs(ref.grads[k]) * np.abs(v[k]))) for k in floats
+                if ref.grads[k] is not None)
+    if (math.isnan(got) and math.isnan(want)) or abs(got - want) <= rtol * abs(want) + \
+            atol * (1.0 + scale):
+        return []
+    return [Mismatch("jvp", program, 1, "directional derivative",
+                     f"forward mode gives {got!r}, the eager gradient {want!r}")]
+
+
 def run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor: str
             ) -> tuple[list[Mismatch], bool]:
     """The programs in one jitted function under ``executor``; (mismatches, whether tier
@@ -409,6 +445,9 @@ def check_programs(programs: Sequence[Program], executors: Sequence[str] = EXECU
             if "fd" in executors:
                 _count(stats, "fd")
                 found += finite_differences(p)
+            if "jvp" in executors:
+                _count(stats, "jvp")
+                found += forward_mode(p, refs[0])
             if "interpret" in executors:
                 _count(stats, "interpret")
                 found += run_jit([p], [refs], "interpret")[0]

@@ -27,6 +27,11 @@ def _general(rng, *batch, n=3):
     return rng.standard_normal(batch + (n, n)) + n * np.eye(n)
 
 
+def _low_rank(rng, n, rank):
+    """A singular n x n matrix of the given rank (distinct nonzero singular values)."""
+    return rng.standard_normal((n, rank)) @ rng.standard_normal((rank, n))
+
+
 def _einsum_samples(rng):
     a = _arr
     return [
@@ -124,8 +129,12 @@ RECORDS = [
                                         Sample((_spd(rng, 2),), note="batch")],
              ref=np.linalg.inv, ref_rtol=1e-9),
     OpRecord("linalg.det", lambda rng: [Sample((_general(rng),), note="3x3"),
-                                        Sample((_general(rng, 2, n=2),), note="batch")],
-             ref=np.linalg.det, ref_rtol=1e-9),
+                                        Sample((_general(rng, 2, n=2),), note="batch"),
+                                        Sample((_low_rank(rng, 3, 2),), note="rank-n-1"),
+                                        Sample((np.stack([_general(rng), _low_rank(rng, 3, 2)]),),
+                                               note="batch-mixed-singular")],
+             # eps: finite differences next to a singular matrix solve with it (cond ~ 1/eps)
+             ref=np.linalg.det, ref_rtol=1e-9, eps=1e-4),
     OpRecord("linalg.slogdet", lambda rng: [Sample((-_spd(rng),), note="negative-det"),
                                             Sample((_general(rng, 2),), note="batch")],
              ref=lambda A: tuple(np.linalg.slogdet(A)), ref_rtol=1e-9),

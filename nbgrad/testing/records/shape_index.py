@@ -1,6 +1,7 @@
 """Records for the shape ops (``flip, roll, repeat, tile, tril, triu, pad, chunk``) and the
-indexing ops (``gather, scatter, scatter_add, index_select, take, masked_fill`` and their
-backward ops). Index samples repeat positions wherever the op accumulates."""
+indexing ops (``gather, scatter, scatter_add, index_select, take, masked_fill``,
+``dynamic_slice``, ``dynamic_update_slice`` and their backward ops). Index samples repeat
+positions wherever the op accumulates."""
 
 from __future__ import annotations
 
@@ -92,6 +93,29 @@ def _take_backward_ref(g, sizes, index):
     return out.reshape(sizes)
 
 
+def _window(shape, starts, sizes) -> tuple:
+    """jax.lax's window: a negative start counts from the end, then clamped to fit."""
+    starts = np.where(np.asarray(starts) < 0, np.asarray(starts) + shape, starts)
+    return tuple(slice(s, s + k) for s, k in
+                 zip(np.clip(starts, 0, np.subtract(shape, sizes)), sizes, strict=True))
+
+
+def _dynamic_slice_ref(x, starts, sizes):
+    return x[_window(x.shape, starts, sizes)]
+
+
+def _dynamic_slice_backward_ref(g, sizes, starts):
+    out = np.zeros(sizes)
+    out[_window(tuple(sizes), starts, g.shape)] = g
+    return out
+
+
+def _dynamic_update_slice_ref(x, update, starts):
+    out = x.copy()
+    out[_window(x.shape, starts, update.shape)] = update
+    return out
+
+
 def _gather_samples(rng):
     return [Sample((_arr(rng, 3, 4, 5), 1, rng.integers(0, 4, (3, 6, 5))), note="dim1-repeats"),
             Sample((_arr(rng, 3, 4, 5), 0, rng.integers(0, 3, (2, 3, 5))), note="dim0-smaller"),
@@ -167,6 +191,19 @@ RECORDS = [
     OpRecord("take_backward", lambda rng: [
         Sample((_arr(rng, 2, 2), (3, 4), np.array([[0, -1], [5, 5]])), note="repeats")],
         ref=_take_backward_ref),
+    OpRecord("dynamic_slice", lambda rng: [
+        Sample((_arr(rng, 4, 5), np.array([1, 2]), (2, 3)), note="inside"),
+        Sample((_arr(rng, 4, 5), np.array([3, -2]), (2, 4)), note="clamped"),
+        Sample((_arr(rng, 3, 4, 2), np.array([2, 0, 1]), (1, 4, 1)), note="3d"),
+        Sample((np.array(1.5), np.zeros(0, np.int64), ()), note="0d")],
+        ref=_dynamic_slice_ref),
+    OpRecord("dynamic_slice_backward", lambda rng: [
+        Sample((_arr(rng, 2, 3), (4, 5), np.array([3, 1])), note="clamped")],
+        ref=_dynamic_slice_backward_ref),
+    OpRecord("dynamic_update_slice", lambda rng: [
+        Sample((_arr(rng, 4, 5), _arr(rng, 2, 3), np.array([1, 1])), note="inside"),
+        Sample((_arr(rng, 4, 5), _arr(rng, 1, 5), np.array([9, -3])), note="clamped")],
+        ref=_dynamic_update_slice_ref),
     OpRecord("masked_fill", lambda rng: [
         Sample((_arr(rng, 3, 4), rng.random(4) > 0.5, np.array(0.7)), note="broadcast-mask"),
         Sample((_arr(rng, 3, 4), rng.random((3, 4)) > 0.5, -2.0), note="python-value")],

@@ -308,7 +308,7 @@ def test_cli_fuzz_runs_prints_a_summary_and_fails_on_a_failure(monkeypatch, caps
 
 
 def test_executors_are_the_documented_ones():
-    assert EXECUTORS == ("eager", "fd", "jvp", "interpret", "compile", "auto")
+    assert EXECUTORS == ("eager", "fd", "jvp", "vmap", "interpret", "compile", "auto")
 
 
 # ------------------------------------------------------------------ plain regressions

@@ -94,7 +94,9 @@ def broadcast(call: Call) -> list[Tensor]:
 
 def reduction(call: Call) -> list[Tensor]:
     x = call.values[0]
-    dims = call.kind.dims(call.attrs, tuple(call.in_shapes[0]))
+    shape = tuple(call.in_shapes[0])
+    # a 0-d input reduced over "dim 0" (allowed, as NumPy and PyTorch) reduces nothing
+    dims = call.kind.dims(call.attrs, shape) if shape else ()
     dtype = call.node.outputs[0].dtype
     if x.dtype != dtype:
         x = to_dtype(x, dtype)

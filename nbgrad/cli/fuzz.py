@@ -26,7 +26,7 @@ def _executors(text: str) -> tuple[str, ...]:
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="First seed (programs use consecutive seeds; default: from the clock, "
               "printed so that the run can be repeated).")
-@click.option("--executors", default="eager,fd,jvp,interpret,compile,auto", show_default=True,
+@click.option("--executors", default="eager,fd,jvp,vmap,interpret,compile,auto", show_default=True,
               metavar="NAMES", help="Comma-separated: eager, fd (finite differences), "
               "interpret (tier 1), compile (tier 2), auto (after promotion).")
 @click.option("--max-steps", type=click.IntRange(min=1, max=12), default=4,

@@ -3,7 +3,8 @@
 Executors: ``eager`` (float64 reference; float32 programs are also compared with their
 float64 twin), ``fd`` (the eager gradient against central finite differences in
 float64, along random directions), ``jvp`` (forward mode: the directional derivative of
-the loss by ``nbgrad.jvp`` against the eager gradient), ``interpret``
+the loss by ``nbgrad.jvp`` against the eager gradient), ``vmap`` (the program and its
+gradient under ``nbgrad.vmap`` over two input sets against eager on each), ``interpret``
 (``nbgrad.jit(mode="interpret")``, tier 1), ``compile`` (``mode="compile"``, tier 2)
 and ``auto`` (``mode="auto"`` after the background promotion to tier 2). Every jitted
 function is called :data:`CALLS` times (the first call may take another path than later
@@ -34,6 +35,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ... import functional, jit
+from ...batching import vmap
+from ...errors import TracerError
 from ...tensor import Tensor
 from .program import Program, to_source
 from .special import (
@@ -46,7 +49,7 @@ from .special import (
     special_inputs,
 )
 
-EXECUTORS = ("eager", "fd", "jvp", "interpret", "compile", "auto")
+EXECUTORS = ("eager", "fd", "jvp", "vmap", "interpret", "compile", "auto")
 #: calls of each jitted function (the first traces; later ones run the compiled graph)
 CALLS = 3
 #: how far the inputs of the last call move (well inside the generator's GAP)
@@ -353,6 +356,37 @@ def forward_mode(program: Program, ref: Result) -> list[Mismatch]:
                      f"forward mode gives {got!r}, the eager gradient {want!r}")]
 
 
+def vmapped(program: Program, refs: list[Result]) -> list[Mismatch] | None:
+    """The program and its gradient under ``nbgrad.vmap`` over two input sets (the first
+    and the last call's) against eager on each; an op with no batching rule (a clear
+    ``NotImplementedError``) or a value the trace cannot read (``TracerError``) is a
+    refusal (None), not a mismatch."""
+    sets = (inputs(program, 1), inputs(program, CALLS))
+    xs = [Tensor(np.stack([u, v])) for u, v in zip(*sets, strict=True)]
+    try:
+        outs, _ = vmap(program.both)(*xs)
+        grads = vmap(functional.grad(program.loss, argnums=tuple(range(len(xs)))))(*xs) \
+            if xs else ()
+    except (NotImplementedError, TracerError):
+        return None
+    except Exception as exc:
+        return [_raised(exc, program, "vmap", 1)]
+    rtol, atol = TOLERANCE[program.dtype]
+    for b, ref in enumerate((refs[0], refs[CALLS - 1])):
+        pairs = [("result", outs.numpy()[b], ref.out)] + [
+            (f"gradient of x{k}", g.numpy()[b], np.zeros_like(g.numpy()[b]) if w is None else w)
+            for k, (g, w) in enumerate(zip(grads, ref.grads, strict=True))]
+        for what, got, want in pairs:
+            scale = atol * (1.0 + float(np.max(np.abs(want), initial=0.0)))
+            if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=scale,
+                                                          equal_nan=True):
+                return [Mismatch("vmap", program, b + 1, f"{what} of example {b}",
+                                 f"max |difference| {np.max(np.abs(got - want)):.3g}"
+                                 if got.shape == want.shape else
+                                 f"shape {got.shape} != {want.shape}")]
+    return []
+
+
 def run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor: str
             ) -> tuple[list[Mismatch], bool]:
     """The programs in one jitted function under ``executor``; (mismatches, whether tier
@@ -448,6 +482,10 @@ def check_programs(programs: Sequence[Program], executors: Sequence[str] = EXECU
             if "jvp" in executors:
                 _count(stats, "jvp")
                 found += forward_mode(p, refs[0])
+            if "vmap" in executors:
+                bad = vmapped(p, refs)
+                _count(stats, "vmap" if bad is not None else "vmap refused")
+                found += bad or []
             if "interpret" in executors:
                 _count(stats, "interpret")
                 found += run_jit([p], [refs], "interpret")[0]

@@ -79,8 +79,8 @@ class CheckpointBackward(Node):
                 stand_ins = list(leaves)
                 for k in self.diff:
                     stand_ins[k] = _stand_in(leaves[k])
-                outs = _tensor_outputs(self.fn(*pytree.unflatten(self.spec, stand_ins),
-                                               **self.kwargs))
+                outs = pytree.flatten(self.fn(*pytree.unflatten(self.spec, stand_ins),
+                                              **self.kwargs))[0]
         finally:
             _set_rng(after)
         roots = []
@@ -98,10 +98,6 @@ class CheckpointBackward(Node):
 def _stand_in(t: Tensor) -> Tensor:
     """A fresh tensor for ``t`` whose graph joins ``t``'s (so double backward works)."""
     return view(t, *t.shape) if t._data.flags.c_contiguous else clone(t)
-
-
-def _tensor_outputs(out: Any) -> list:
-    return [o for o in pytree.flatten(out)[0]]
 
 
 def _set_rng(state):

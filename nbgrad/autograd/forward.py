@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from ..ops.registry import OpDef
 
 __all__ = ["DualLevel", "by_transpose", "dual_level", "push_function_tangents", "push_tangents",
-           "tangent_of", "transfer_tangent"]
+           "transfer_tangent"]
 
 #: kinds whose op is linear in its differentiable tensor inputs (``auto_linear``)
 LINEAR_KINDS = (View, Permute, Broadcast, Move, Join, Reduction, IndexScatter, Cast)
@@ -151,10 +151,6 @@ def suspended() -> Iterator[None]:
 def active() -> bool:
     """Whether a forward-mode level is open in this thread."""
     return bool(STATE.active)
-
-
-def tangent_of(t: Tensor, level: DualLevel) -> Tensor | None:
-    return level.get(t)
 
 
 def transfer_tangent(src: Tensor, dst: Tensor, replace: bool = False) -> None:

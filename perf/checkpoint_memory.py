@@ -1,10 +1,12 @@
 """Memory-bounded loop gradients (issue 16 item 4): peak memory and time of the gradient of
 W1 (``x <- x + 0.01 tanh(W x + b) - 0.001 x``, loss ``|x_T|^2``, gradient w.r.t. W and b)
-with and without ``fori_loop(checkpoint=True)``, against JAX (``lax.scan`` plain, and
-segments of ``sqrt(T)`` steps under ``jax.checkpoint``), float64, one thread.
+with and without ``fori_loop(checkpoint=...)`` (``"sqrt"`` and ``"log"``), against JAX
+(``lax.scan`` plain, and segments of ``sqrt(T)`` steps under ``jax.checkpoint``), float64,
+one thread.
 
     python -m perf.checkpoint_memory                  # the default grid
     python -m perf.checkpoint_memory --grid 16:1000,16:100000
+    python -m perf.checkpoint_memory --grid 4096:10000 --schedules none,sqrt
 
 Each configuration runs in a fresh process: peak memory is the growth of the process's
 maximum resident set over the first call of ``jit(value_and_grad(loss))`` (nbgrad tier
@@ -25,7 +27,7 @@ import sys
 DEFAULT_GRID = "16:1000,16:10000,16:100000,4096:1000"
 
 
-def _child(framework: str, n: int, steps: int, checkpoint: bool) -> dict:
+def _child(framework: str, n: int, steps: int, checkpoint: str | None) -> dict:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                 "NUMBA_NUM_THREADS"):
         os.environ[var] = "1"
@@ -42,7 +44,7 @@ def _child(framework: str, n: int, steps: int, checkpoint: bool) -> dict:
 
         def loss(W, b):
             body = lambda i, x: x + 0.01 * nb.tanh(W @ x + b) - 0.001 * x  # noqa: E731
-            return (nb.fori_loop(0, steps, body, x, checkpoint=checkpoint or None) ** 2).sum()
+            return (nb.fori_loop(0, steps, body, x, checkpoint=checkpoint) ** 2).sum()
 
         step = nb.jit(nb.value_and_grad(loss, argnums=(0, 1)), mode="interpret")
         run = lambda: float(step(W, b)[0])  # noqa: E731
@@ -84,11 +86,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grid", default=DEFAULT_GRID, help="state:steps pairs")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--schedules", default="none,sqrt,log",
+                        help="checkpoint schedules: none, sqrt, log (log: nbgrad only)")
     parser.add_argument("--json", help="write the rows to this file")
     args = parser.parse_args(argv)
     if args.child:
         fw, n, steps, ck = args.child.split(":")
-        print(json.dumps(_child(fw, int(n), int(steps), ck == "1")))
+        print(json.dumps(_child(fw, int(n), int(steps), None if ck == "none" else ck)))
         return 0
     rows = []
     print(f"{'framework':10s} {'state':>6s} {'steps':>7s} {'checkpoint':>10s} "
@@ -96,18 +100,20 @@ def main(argv=None) -> int:
     for pair in args.grid.split(","):
         n, steps = (int(v) for v in pair.split(":"))
         for fw in ("nbgrad", "jax"):
-            for ck in (False, True):
+            for ck in args.schedules.split(","):
+                if fw == "jax" and ck == "log":
+                    continue
                 proc = subprocess.run([sys.executable, "-m", "perf.checkpoint_memory",
-                                       "--child", f"{fw}:{n}:{steps}:{int(ck)}"],
+                                       "--child", f"{fw}:{n}:{steps}:{ck}"],
                                       capture_output=True, text=True, check=False)
                 if proc.returncode != 0:
-                    print(f"{fw:10s} {n:6d} {steps:7d} {str(ck):>10s} failed: "
+                    print(f"{fw:10s} {n:6d} {steps:7d} {ck:>10s} failed: "
                           f"{proc.stderr.strip().splitlines()[-1:]}")
                     continue
                 row = json.loads(proc.stdout.strip().splitlines()[-1])
                 row.update(framework=fw, state=n, steps=steps, checkpoint=ck)
                 rows.append(row)
-                print(f"{fw:10s} {n:6d} {steps:7d} {str(ck):>10s} {row['mb']:9.1f} "
+                print(f"{fw:10s} {n:6d} {steps:7d} {ck:>10s} {row['mb']:9.1f} "
                       f"{row['seconds']:13.2f} {row['steady']:14.3f}")
     if args.json:
         with open(args.json, "w") as fh:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -519,8 +519,7 @@ def unstack_invariants(graph: Graph) -> Graph:
         info = LoopInfo.of(node)
         body = unstack_invariants(info.body)
         nc, nx = info.n_carry, info.n_xs
-        idx, carry, xs, inv = LoopInfo(info.count, nc, nx, info.xs_index, info.ys_index,
-                                       info.index, body).body_inputs()
+        idx, carry, xs, inv = replace(info, body=body).body_inputs()
         # xs read from a stack whose rows all equal an invariant: read the invariant
         stacks = list(node.inputs[nc:nc + nx])
         move = [k for k, s in enumerate(stacks) if id(s) in same_rows]
@@ -530,8 +529,8 @@ def unstack_invariants(graph: Graph) -> Graph:
             b_inputs = ([idx] if idx is not None else []) + carry + [xs[k] for k in keep] + \
                 inv + [xs[k] for k in move]
             body = Graph(b_inputs, body.consts, body.nodes, body.outputs)
-            info = LoopInfo(info.count, nc, len(keep), tuple(info.xs_index[k] for k in keep),
-                            info.ys_index, info.index, body)
+            info = replace(info, n_carry=nc, n_xs=len(keep),
+                           xs_index=tuple(info.xs_index[k] for k in keep), body=body)
             ins = list(node.inputs[:nc]) + [stacks[k] for k in keep] + \
                 list(node.inputs[nc + nx:]) + [same_rows[id(stacks[k])] for k in move]
             node = make_loop(ins, list(node.outputs), info)

@@ -32,6 +32,7 @@ PythonOp path
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -338,9 +339,7 @@ def _expand(graph: Graph) -> Graph:
         elif node.op == LOOP:
             info = LoopInfo.of(node)
             body = _expand(info.body)
-            nodes.append(make_loop(ins, list(node.outputs), LoopInfo(
-                info.count, info.n_carry, info.n_xs, info.xs_index, info.ys_index,
-                info.index, body)))
+            nodes.append(make_loop(ins, list(node.outputs), replace(info, body=body)))
         elif ins != list(node.inputs):
             nodes.append(Node(node.op, ins, node.outputs, node.attrs))
         else:

@@ -298,7 +298,8 @@ def _format(graph: Graph, title: str, names: dict, lines: list, ind: str, counte
         if node.op == LOOP:
             info = LoopInfo.of(node)
             extra = (f"count={info.count}, carry={info.n_carry}, xs={info.xs_index}, "
-                     f"ys={info.ys_index}, index={info.index}")
+                     f"ys={info.ys_index}, index={info.index}"
+                     + (", remat=True" if info.remat else ""))
             lines.append(f"{ind}  {outs} = loop({ins}) {extra}")
             _format(info.body, "body", names, lines, ind + "    ", counter)
             continue

@@ -31,7 +31,7 @@ from ...autograd.node import Node as AutogradNode
 from ...errors import TracerError
 from ...factories import tensor
 from ...grad_mode import STATE, enable_grad, no_grad
-from ...ops import cat, stack
+from ...ops import cat, reshape, stack
 from ...recompute import checkpoint as checkpoint_fn
 from ...recompute import checkpointed_steps, loop_segments
 from ...tensor import STATE_TRACE, Tensor
@@ -81,8 +81,8 @@ def fori_loop(lower: int, upper: int, body: Callable[[Tensor, Any], Any], init: 
 
     ``checkpoint`` bounds the memory of the gradient: ``True`` or ``"sqrt"`` keeps about
     ``2 sqrt(T)`` carries of a ``T``-step loop, an int ``k`` one carry per ``k`` steps
-    (plus the ``k`` of the segment being differentiated), ``"log"`` (outside
-    ``nbgrad.jit``) about ``2 log2(T)``; the steps in between are recomputed during
+    (plus the ``k`` of the segment being differentiated), ``"log"`` about
+    ``2 log2(T)``; the steps in between are recomputed during
     backward (see :mod:`nbgrad.recompute`). Under ``nbgrad.jit`` the loop becomes a loop
     over segments whose gradient stacks only each segment's first carry.
     """
@@ -93,11 +93,8 @@ def fori_loop(lower: int, upper: int, body: Callable[[Tensor, Any], Any], init: 
     if checkpoint is not None and checkpoint is not False:
         segments = loop_segments(max(upper - lower, 0), checkpoint)  # checks the value
         if STATE_TRACE.tracer is not None:
-            if checkpoint == "log":
-                raise NotImplementedError(f"{user_site()}: fori_loop(checkpoint='log') is "
-                                          "not supported inside nbgrad.jit yet; use True "
-                                          "(sqrt) or a segment length there")
-            return _segmented(lower, upper, body, init, segments[0][1] if segments else 1)
+            size = "log" if checkpoint == "log" else (segments[0][1] if segments else 1)
+            return _segmented(lower, upper, body, init, size)
 
         def step(k: int, val: Any) -> Any:
             return pytree.unflatten(spec, _check_carry("fori_loop", spec, carry,
@@ -123,31 +120,41 @@ def fori_loop(lower: int, upper: int, body: Callable[[Tensor, Any], Any], init: 
     return pytree.unflatten(spec, outs)
 
 
-def _segmented(lower: int, upper: int, body: Callable, init: Any, size: int) -> Any:
-    """A traced ``fori_loop`` in segments of ``size`` steps: an outer loop whose gradient
-    stacks one carry per segment and recomputes the segment (``LoopInfo.remat``), then
-    the remaining steps."""
+def _segmented(lower: int, upper: int, body: Callable, init: Any, size: int | str) -> Any:
+    """A traced ``fori_loop`` in segments of ``size`` steps (or ``"log"``: halves,
+    recursively, down to two steps): an outer loop whose gradient stacks one carry per
+    segment and recomputes the segment, then the remaining steps."""
     count = max(upper - lower, 0)
-    full = count // size
+    if size == "log":
+        if count <= 2:
+            return fori_loop(lower, upper, body, init)
+        seg = count // 2
 
-    def segment(j, val):
-        start = j * size + lower
-        return fori_loop(0, size, lambda k, v: body(start + k, v), val)
+        def half(j, val):
+            start = j * seg + lower
+            return _segmented(0, seg, lambda k, v: body(start + k, v), val, "log")
+    else:
+        seg = int(size)
 
-    val = fori_loop(0, full, segment, init, _remat=True) if full else init
-    return fori_loop(lower + full * size, upper, body, val)
+        def half(j, val):
+            start = j * seg + lower
+            return fori_loop(0, seg, lambda k, v: body(start + k, v), val)
+    full = count // seg if seg else 0
+    val = fori_loop(0, full, half, init, _remat=True) if full else init
+    rest = lower + full * seg
+    return fori_loop(rest, upper, body, val) if rest < upper else val
 
 
 def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
          length: int | None = None, reverse: bool = False, *,
-         checkpoint: bool | int | str | None = None) -> tuple[Any, Any]:
+         checkpoint: bool | int | str | None = None, _remat: bool = False) -> tuple[Any, Any]:
     """JAX's ``scan``: ``carry, y = f(carry, x)`` for each row ``x`` of ``xs``.
 
     Returns ``(final carry, ys)`` where ``ys`` stacks the ``y`` of every step (in the
     order of ``xs`` also when ``reverse=True``). ``xs`` is a tensor or a structure of
     tensors with a common leading length (or None, then ``length`` is required).
-    ``checkpoint`` (``True``/``"sqrt"`` or a segment length; outside ``nbgrad.jit``)
-    keeps one carry per segment for the gradient and recomputes the steps between.
+    ``checkpoint`` (``True``/``"sqrt"`` or a segment length) keeps one carry per
+    segment for the gradient and recomputes the steps between.
     """
     leaves, spec = pytree.flatten(init)
     carry = [_leaf_tensor(x, "scan", "init") for x in leaves]
@@ -167,8 +174,7 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
             raise ValueError("scan: checkpoint='log' is for fori_loop; give True, 'sqrt' or "
                              "a segment length")
         if STATE_TRACE.tracer is not None:
-            raise NotImplementedError(f"{user_site()}: scan(checkpoint=...) is not supported "
-                                      "inside nbgrad.jit yet; leave checkpoint out there")
+            return _segmented_scan(f, init, xs, n, reverse, loop_segments(n, checkpoint)[0][1])
         return _scan_segments(f, spec, carry, xspec, xt, n, reverse, checkpoint)
     if STATE_TRACE.tracer is None:
         return _scan_eager(f, spec, carry, xspec, xt, n, reverse)
@@ -194,7 +200,7 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
     if n == 0:
         xs_index = tuple((0, 1) for _ in xt)
         ys_index = tuple((0, 1, 0) for _ in range(n_y))
-    info = LoopInfo(n, len(carry), len(xt), xs_index, ys_index, None, graph)
+    info = LoopInfo(n, len(carry), len(xt), xs_index, ys_index, None, graph, _remat)
     outs = apply_loop(info, carry + xt + inv)
     return (pytree.unflatten(spec, outs[:len(carry)]),
             pytree.unflatten(yspec_box[0], outs[len(carry):]))
@@ -721,3 +727,38 @@ def describe_loop(info: LoopInfo) -> str:
 
 
 __all__ += ["LOOP", "LoopBackward", "describe_loop", "execute_loop"]
+
+def _segmented_scan(f: Callable, init: Any, xs: Any, length: int, reverse: bool,
+                   size: int) -> tuple[Any, Any]:
+    """A traced ``scan`` in segments of ``size`` rows: an outer remat scan over blocks of
+    ``size`` rows, each an inner scan, then the remaining rows (first when ``reverse``)."""
+    full = length // size
+    if full == 0:
+        return scan(f, init, xs, length=length, reverse=reverse)
+    xleaves, xspec = pytree.flatten(xs)
+    split = full * size
+    blocks = [reshape(t[:split], (full, size) + tuple(t.shape[1:])) for t in xleaves]
+    rest = [t[split:] for t in xleaves]
+
+    def segment(c, rows):
+        return scan(f, c, pytree.unflatten(xspec, rows), length=size, reverse=reverse)
+
+    def head(c):
+        c, ys = scan(segment, c, blocks, length=full, reverse=reverse, _remat=True)
+        return c, pytree.tree_map(lambda y: reshape(y, (split,) + tuple(y.shape[2:])), ys)
+
+    def tail(c):
+        return scan(f, c, pytree.unflatten(xspec, rest), length=length - split,
+                    reverse=reverse)
+
+    if split == length:
+        return head(init)
+    if reverse:
+        c, ys_tail = tail(init)
+        c, ys_head = head(c)
+    else:
+        c, ys_head = head(init)
+        c, ys_tail = tail(c)
+    h, spec = pytree.flatten(ys_head)
+    t = pytree.flatten(ys_tail)[0]
+    return c, pytree.unflatten(spec, [cat([a, b]) for a, b in zip(h, t, strict=True)])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -62,7 +63,7 @@ def dce(graph: Graph) -> Graph:
 def _prune_loop(node: Node, live: set[int]) -> Node:
     """Drop ys outputs and carries that nothing needs; clean the body."""
     info = LoopInfo.of(node)
-    body = info.body
+    body = dce(info.body)  # inner loops first: an input only they pass on is not read
     nc, nx = info.n_carry, info.n_xs
     idx, carry, xs, inv = info.body_inputs()
     keep_y = [k for k in range(info.n_ys) if id(node.outputs[nc + k]) in live]
@@ -84,19 +85,17 @@ def _prune_loop(node: Node, live: set[int]) -> Node:
     if (len(kc) == nc and len(keep_y) == info.n_ys and len(keep_x) == nx
             and len(keep_i) == len(inv) and use_idx == (idx is not None)
             and len(nodes) == len(body.nodes)):
-        new_body = dce(body)
-        if new_body.nodes == body.nodes and len(new_body.consts) == len(body.consts):
+        if body.nodes == info.body.nodes and len(body.consts) == len(info.body.consts):
             return node
-        info2 = LoopInfo(info.count, nc, nx, info.xs_index, info.ys_index, info.index,
-                         new_body)
-        return make_loop(list(node.inputs), list(node.outputs), info2)
+        return make_loop(list(node.inputs), list(node.outputs), replace(info, body=body))
     b_inputs = ([idx] if use_idx else []) + [carry[i] for i in kc] + \
         [xs[k] for k in keep_x] + [inv[k] for k in keep_i]
     b_outputs = [body.outputs[i] for i in kc] + [body.outputs[nc + k] for k in keep_y]
     new_body = dce(Graph(b_inputs, body.consts, body.nodes, b_outputs))
-    info2 = LoopInfo(info.count, len(kc), len(keep_x), tuple(info.xs_index[k] for k in keep_x),
-                     tuple(info.ys_index[k] for k in keep_y),
-                     info.index if use_idx else None, new_body)
+    info2 = replace(info, n_carry=len(kc), n_xs=len(keep_x),
+                    xs_index=tuple(info.xs_index[k] for k in keep_x),
+                    ys_index=tuple(info.ys_index[k] for k in keep_y),
+                    index=info.index if use_idx else None, body=new_body)
     ins = [node.inputs[i] for i in kc] + [node.inputs[nc + k] for k in keep_x] + \
         [node.inputs[nc + nx + k] for k in keep_i]
     outs = [node.outputs[i] for i in kc] + [node.outputs[nc + k] for k in keep_y]
@@ -133,8 +132,7 @@ def cse(graph: Graph) -> Graph:
         if node.op == LOOP:
             info = LoopInfo.of(node)
             body = cse(info.body)
-            info = LoopInfo(info.count, info.n_carry, info.n_xs, info.xs_index, info.ys_index,
-                            info.index, body)
+            info = replace(info, body=body)
             new = make_loop(ins, list(node.outputs), info)
         elif ins != list(node.inputs):
             new = Node(node.op, ins, node.outputs, node.attrs)
@@ -190,8 +188,7 @@ def fold_constants(graph: Graph) -> Graph:
             info = LoopInfo.of(node)
             body = fold_constants(info.body)
             if body is not info.body:
-                info = LoopInfo(info.count, info.n_carry, info.n_xs, info.xs_index,
-                                info.ys_index, info.index, body)
+                info = replace(info, body=body)
                 node = make_loop(list(node.inputs), list(node.outputs), info)
         nodes.append(node)
     if len(nodes) == len(graph.nodes) and all(a is b for a, b in zip(nodes, graph.nodes,
@@ -245,8 +242,7 @@ def hoist_invariants(graph: Graph) -> Graph:
                 kept.append(n)
         if not hoisted:
             if body is not info.body:
-                info = LoopInfo(info.count, info.n_carry, info.n_xs, info.xs_index,
-                                info.ys_index, info.index, body)
+                info = replace(info, body=body)
                 node = make_loop(list(node.inputs), list(node.outputs), info)
                 changed = True
             nodes.append(node)
@@ -255,8 +251,7 @@ def hoist_invariants(graph: Graph) -> Graph:
         nodes.extend(hoisted)
         b_inputs = list(body.inputs) + new_inv
         new_body = dce(Graph(b_inputs, body.consts, kept, list(body.outputs)))
-        info = LoopInfo(info.count, info.n_carry, info.n_xs, info.xs_index, info.ys_index,
-                        info.index, new_body)
+        info = replace(info, body=new_body)
         nodes.append(make_loop(list(node.inputs) + new_outer, list(node.outputs), info))
     if not changed:
         return graph

@@ -24,7 +24,7 @@ re-rolled recursively. A trace without repetition is returned unchanged.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -111,9 +111,8 @@ def reroll(graph: Graph) -> Graph:
             info = LoopInfo.of(node)
             body = reroll(info.body)
             if body is not info.body:
-                nodes[k] = make_loop(list(node.inputs), list(node.outputs), LoopInfo(
-                    info.count, info.n_carry, info.n_xs, info.xs_index, info.ys_index,
-                    info.index, body))
+                nodes[k] = make_loop(list(node.inputs), list(node.outputs),
+                                     replace(info, body=body))
                 changed = True
     if len(nodes) < MIN_REPS * 2:
         return graph if not changed else Graph(graph.inputs, graph.consts, nodes,

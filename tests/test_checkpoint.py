@@ -249,3 +249,14 @@ def test_checkpointed_loop_under_jit_bounds_the_memory_of_the_gradient():
     plain, sqrt, log = (_peak_bytes(run(ck)) for ck in (None, True, "log"))
     assert sqrt < plain / 4, (plain, sqrt)
     assert log < plain / 4, (plain, log)
+
+
+def test_segments_of_a_loop_that_ignores_its_counter_do_not_read_it():
+    """The segments' start index is dead when the body ignores its counter: dead-code
+    removal drops it through every level of nesting (else tier 1 replays the loops step
+    by step in Python)."""
+    x0 = _t((3,), 24, requires_grad=False)
+    step = nb.jit(nb.grad(lambda x0: nb.fori_loop(
+        0, 40, lambda i, x: nb.sin(x), x0, checkpoint="log").sum()), mode="interpret")
+    text = step.graph(x0)
+    assert text.count("= loop(") > 4 and "index=(" not in text, text

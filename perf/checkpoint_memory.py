@@ -10,9 +10,9 @@ one thread.
 
 Each configuration runs in a fresh process: peak memory is the growth of the process's
 maximum resident set over the first call of ``jit(value_and_grad(loss))`` (nbgrad tier
-1, ``mode="interpret"``; ``jax.jit``), trace and compile included, measured after the
-inputs exist. Times: that first call, and a second (steady) call. Compare numbers from
-one run only.
+1, ``mode="interpret"``, unless ``--mode compile``; ``jax.jit``), trace and compile
+included, measured after the inputs exist. Times: that first call, and a second (steady)
+call. Compare numbers from one run only.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import sys
 DEFAULT_GRID = "16:1000,16:10000,16:100000,4096:1000"
 
 
-def _child(framework: str, n: int, steps: int, checkpoint: str | None) -> dict:
+def _child(framework: str, n: int, steps: int, checkpoint: str | None,
+           mode: str = "interpret") -> dict:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                 "NUMBA_NUM_THREADS"):
         os.environ[var] = "1"
@@ -46,7 +47,7 @@ def _child(framework: str, n: int, steps: int, checkpoint: str | None) -> dict:
             body = lambda i, x: x + 0.01 * nb.tanh(W @ x + b) - 0.001 * x  # noqa: E731
             return (nb.fori_loop(0, steps, body, x, checkpoint=checkpoint) ** 2).sum()
 
-        step = nb.jit(nb.value_and_grad(loss, argnums=(0, 1)), mode="interpret")
+        step = nb.jit(nb.value_and_grad(loss, argnums=(0, 1)), mode=mode)
         run = lambda: float(step(W, b)[0])  # noqa: E731
     else:
         import jax
@@ -88,11 +89,14 @@ def main(argv=None) -> int:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--schedules", default="none,sqrt,log",
                         help="checkpoint schedules: none, sqrt, log (log: nbgrad only)")
+    parser.add_argument("--mode", default="interpret", choices=("interpret", "compile"),
+                        help="nbgrad.jit mode of the nbgrad rows")
     parser.add_argument("--json", help="write the rows to this file")
     args = parser.parse_args(argv)
     if args.child:
         fw, n, steps, ck = args.child.split(":")
-        print(json.dumps(_child(fw, int(n), int(steps), None if ck == "none" else ck)))
+        print(json.dumps(_child(fw, int(n), int(steps), None if ck == "none" else ck,
+                                args.mode)))
         return 0
     rows = []
     print(f"{'framework':10s} {'state':>6s} {'steps':>7s} {'checkpoint':>10s} "
@@ -104,7 +108,8 @@ def main(argv=None) -> int:
                 if fw == "jax" and ck == "log":
                     continue
                 proc = subprocess.run([sys.executable, "-m", "perf.checkpoint_memory",
-                                       "--child", f"{fw}:{n}:{steps}:{ck}"],
+                                       "--child", f"{fw}:{n}:{steps}:{ck}",
+                                       "--mode", args.mode],
                                       capture_output=True, text=True, check=False)
                 if proc.returncode != 0:
                     print(f"{fw:10s} {n:6d} {steps:7d} {ck:>10s} failed: "

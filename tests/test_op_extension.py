@@ -252,3 +252,18 @@ def test_constant_folding_follows_the_fill_kind(monkeypatch):
     monkeypatch.setattr(reg.REGISTRY["ones_like"], "kind", Opaque())
     ops = [n.op for n in nb.jit(f, mode="interpret")._entry((x,), {}).graph.nodes]
     assert "ones_like" in ops
+
+
+def test_batching_is_declared_with_the_kernel():
+    """An Opaque op's batching rule is a trait of its kind, given where it registers;
+    other kinds batch by their kind, so ``batch=`` on them is refused."""
+    from nbgrad.batching.opaque import FAMILIES, rule_for
+    from nbgrad.ops.traits import Batching, Elementwise
+    assert reg.REGISTRY["softmax"].kind.batch == Batching("along")
+    assert reg.REGISTRY["linalg.solve_triangular"].kind.batch.args == (2, 2)
+    declared = {op.kind.batch.family for op in reg.REGISTRY.values()
+                if isinstance(op.kind, Opaque) and op.kind.batch is not None}
+    assert declared <= set(FAMILIES)
+    assert rule_for(None) is None
+    with pytest.raises(TypeError, match="batch= is for Opaque ops"):
+        reg.kernel("mul", kind=Elementwise(spec=None), batch=Batching("along"))

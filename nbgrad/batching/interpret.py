@@ -2,8 +2,9 @@
 
 A node whose inputs are all unbatched runs as it was recorded; any other node goes
 through :func:`batch_node`: the rule of its kind (:data:`nbgrad.batching.rules.KIND_RULES`)
-or, for an ``Opaque`` op, its own rule (:data:`nbgrad.batching.opaque.OPAQUE_RULES`). A
-loop node runs as one ``nbgrad.scan`` whose body runs the loop's body graph batched.
+or, for an ``Opaque`` op, the rule family it declares
+(:func:`nbgrad.batching.opaque.rule_for`). A loop node runs as one ``nbgrad.scan`` whose
+body runs the loop's body graph batched.
 An op without a rule raises :class:`~nbgrad.batching.core.BatchingError` naming it.
 """
 
@@ -23,7 +24,7 @@ from ..ops.registry import REGISTRY
 from ..ops.traits import Opaque
 from ..tensor import Tensor
 from .core import BatchingError, Call, Value, broadcast_batch
-from .opaque import OPAQUE_RULES
+from .opaque import rule_for
 from .rules import KIND_RULES
 
 
@@ -48,7 +49,7 @@ def batch_node(node: Node, values: list, batched: list[bool], size: int) -> list
                             "batching rule; write the function with nbgrad ops, or call it "
                             "in a Python loop")
     op = REGISTRY[node.op]
-    rule = OPAQUE_RULES.get(node.op) if isinstance(op.kind, Opaque) else \
+    rule = rule_for(op.kind.batch) if isinstance(op.kind, Opaque) else \
         KIND_RULES.get(type(op.kind))
     if rule is None:
         raise BatchingError(f"vmap: there is no batching rule for op '{node.op}' "

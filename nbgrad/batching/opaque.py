@@ -1,11 +1,13 @@
-"""Batching rules of ``Opaque`` ops, one entry per op (:data:`OPAQUE_RULES`).
+"""Batching rules of ``Opaque`` ops, by family (:data:`FAMILIES`).
 
-Opaque ops say nothing executors can use, so each one that ``vmap`` supports is listed
-here with a rule built from a few families: ops along a ``dim`` attribute (the dim
+Opaque ops say nothing else executors can use, so each one that ``vmap`` supports
+declares a rule family where it registers (``@kernel(..., batch=batching(...))``,
+:class:`~nbgrad.ops.traits.Batching`). The families: ops along a ``dim`` attribute (the dim
 shifted by one), ops over trailing dimensions that take any leading batch dimensions
 (linear algebra), broadcasting ops with an optional loss ``reduction``, and
 convolutions (the batch merged into the images, or into the channel groups when the
-weights are batched). An op missing here raises a ``BatchingError`` naming it.
+weights are batched), and rules of one op each. An Opaque op that declares none raises a
+``BatchingError`` naming it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ..ops import (
 )
 from ..ops import sum as sum_
 from ..ops.indexing import Index
+from ..ops.traits import Batching
 from ..tensor import Tensor
 from .core import Call
 from .rules import norm_dim
@@ -477,54 +480,60 @@ def _conv2d_weight_backward(call: Call) -> list[Tensor]:
     return call.finish(out)
 
 
-#: op name -> rule (Opaque ops only; the other kinds have one rule per kind)
-OPAQUE_RULES: dict[str, Rule] = {
-    **{name: along() for name in (
-        "softmax", "log_softmax", "cumsum", "cumprod", "amax", "amin", "argmax", "argmin",
-        "max_dim", "min_dim", "logsumexp", "prod", "std", "var", "norm", "sort", "topk",
-        "shift_along")},
-    **{name: along(together=True) for name in ("scan", "gather")},
-    "scatter": _scatter,
-    "scatter_add": _scatter,
-    "gather_backward": along(sizes="sizes", together=True),
-    "index_select": _index_select,
-    "index_select_backward": _index_select_backward,
-    "take": _take,
-    "take_backward": _take_backward,
-    "max": _reduce_all(amax),
-    "min": _reduce_all(amin),
-    "trace": _trace,
-    "diag": _diag,
-    "diagonal_backward": _diagonal_backward,
-    **{name: leading() for name in (
-        "linalg.cholesky", "linalg.det", "linalg.inv", "linalg.slogdet", "linalg.svd",
-        "linalg.svdvals", "linalg.eigh", "linalg.eigvalsh", "linalg.pinv", "linalg.qr",
-        "linalg.matrix_exp", "linalg.lu_factor",
-        "lu_permutation", "tril", "triu", "pad", "to_device")},
-    "linalg.solve": _solve,
-    "linalg.solve_triangular": leading(2, 2),
-    "gap_divide": leading(2, 1),
-    "column_divide": leading(2, 1),
-    "masked_fill": _masked_fill,
-    "clamp_tensor": broadcasting(),
-    **{name: broadcasting(first=False) for name in (
-        "mse_loss", "l1_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits")},
-    "layer_norm": _layer_norm,
-    "cross_entropy": _class_loss,
-    "nll_loss": _class_loss,
-    "nll_loss_backward": _nll_loss_backward,
-    "dynamic_slice": _dynamic_slice,
-    "dynamic_slice_backward": _dynamic_slice_backward,
-    "dynamic_update_slice": _dynamic_update_slice,
-    "embedding": _embedding,
-    "embedding_backward": _embedding_backward,
-    "one_hot": _one_hot,
-    "einsum": _einsum,
-    "conv2d": _conv,
-    "conv1d": _conv,
-    "conv2d_input_backward": _conv2d_input_backward,
-    "conv2d_weight_backward": _conv2d_weight_backward,
-    "avg_pool2d": images(),
-    "max_pool2d": images(),
-    "avg_pool2d_backward": images("input_size"),
+def _own(rule: Rule) -> Callable[[], Rule]:
+    """The family of one rule written for one op."""
+    return lambda: rule
+
+
+def _reduce_extreme(which: str) -> Rule:
+    return _reduce_all(amax if which == "max" else amin)
+
+
+#: family name -> rule factory: an Opaque op names its family (and the family's
+#: arguments) where it registers, ``@kernel(..., batch=batching("along"))``
+FAMILIES: dict[str, Callable[..., Rule]] = {
+    "along": along,
+    "leading": leading,
+    "broadcasting": broadcasting,
+    "images": images,
+    "reduce_all": _reduce_extreme,
+    "scatter": _own(_scatter),
+    "index_select": _own(_index_select),
+    "index_select_backward": _own(_index_select_backward),
+    "take": _own(_take),
+    "take_backward": _own(_take_backward),
+    "trace": _own(_trace),
+    "diag": _own(_diag),
+    "diagonal_backward": _own(_diagonal_backward),
+    "solve": _own(_solve),
+    "masked_fill": _own(_masked_fill),
+    "layer_norm": _own(_layer_norm),
+    "class_loss": _own(_class_loss),
+    "nll_loss_backward": _own(_nll_loss_backward),
+    "dynamic_slice": _own(_dynamic_slice),
+    "dynamic_slice_backward": _own(_dynamic_slice_backward),
+    "dynamic_update_slice": _own(_dynamic_update_slice),
+    "embedding": _own(_embedding),
+    "embedding_backward": _own(_embedding_backward),
+    "one_hot": _own(_one_hot),
+    "einsum": _own(_einsum),
+    "conv": _own(_conv),
+    "conv2d_input_backward": _own(_conv2d_input_backward),
+    "conv2d_weight_backward": _own(_conv2d_weight_backward),
 }
+
+_RULES: dict[Batching, Rule] = {}
+
+
+def rule_for(batch: Batching | None) -> Rule | None:
+    """The batching rule an Opaque op declares (None when it declares none)."""
+    if batch is None:
+        return None
+    rule = _RULES.get(batch)
+    if rule is None:
+        family = FAMILIES.get(batch.family)
+        if family is None:
+            raise KeyError(f"batching family {batch.family!r} is not one of "
+                           f"{sorted(FAMILIES)}")
+        rule = _RULES[batch] = family(*batch.args, **dict(batch.options))
+    return rule

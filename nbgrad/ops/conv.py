@@ -20,7 +20,7 @@ from .convert import to_dtype
 from .dispatch import apply, as_tensor, promote_operands
 from .registry import formula_helper, get, kernel, op_function
 from .shape import pad, reshape, squeeze, unsqueeze
-from .traits import NativePlan, Opaque
+from .traits import NativePlan, Opaque, batching
 
 # ``pad`` lives in nbgrad.ops.shape; it is listed here too so that nbgrad.nn.functional
 # (which star-imports this module) has torch's ``F.pad``
@@ -89,7 +89,7 @@ def _conv_attrs(stride, padding, dilation, groups) -> dict:
     return {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
 
 
-@kernel("conv2d", kind=_CONV2D)
+@kernel("conv2d", kind=_CONV2D, batch=batching("conv"))
 def _conv2d_kernel(x, w, b, stride, padding, dilation, groups):
     return call_native(_CONV2D, (x, w, b), _conv_attrs(stride, padding, dilation, groups))
 
@@ -176,7 +176,8 @@ _CONV2D_INPUT_BACKWARD = Opaque(native=ck.conv2d_input_backward_native,
                                      *_geometry(attrs)), (tuple(attrs["input_size"]),)))
 
 
-@kernel("conv2d_input_backward", kind=_CONV2D_INPUT_BACKWARD)
+@kernel("conv2d_input_backward", kind=_CONV2D_INPUT_BACKWARD,
+        batch=batching("conv2d_input_backward"))
 def _conv2d_input_backward_kernel(gy, w, input_size, stride, padding, dilation, groups):
     return call_native(_CONV2D_INPUT_BACKWARD, (gy, w), {
         "input_size": input_size, **_conv_attrs(stride, padding, dilation, groups)})
@@ -199,7 +200,8 @@ _CONV2D_WEIGHT_BACKWARD = Opaque(native=ck.conv2d_weight_backward_native,
                                       *_geometry(attrs)), (tuple(attrs["weight_size"]),)))
 
 
-@kernel("conv2d_weight_backward", kind=_CONV2D_WEIGHT_BACKWARD)
+@kernel("conv2d_weight_backward", kind=_CONV2D_WEIGHT_BACKWARD,
+        batch=batching("conv2d_weight_backward"))
 def _conv2d_weight_backward_kernel(gy, x, weight_size, stride, padding, dilation, groups):
     return call_native(_CONV2D_WEIGHT_BACKWARD, (gy, x), {
         "weight_size": weight_size, **_conv_attrs(stride, padding, dilation, groups)})
@@ -239,7 +241,7 @@ def _conv1d_static(attrs: dict, shapes: tuple) -> NativePlan:
 _CONV1D = Opaque(native=ck.conv1d_native, static=_conv1d_static)
 
 
-@kernel("conv1d", kind=_CONV1D)
+@kernel("conv1d", kind=_CONV1D, batch=batching("conv"))
 def _conv1d_kernel(x, w, b, stride, padding, dilation, groups):
     return call_native(_CONV1D, (x, w, b), _conv_attrs(stride, padding, dilation, groups))
 
@@ -346,7 +348,7 @@ def _max_pool_static(attrs: dict, shapes: tuple) -> NativePlan:
 _MAX_POOL2D = Opaque(native=ck.max_pool2d_native, static=_max_pool_static)
 
 
-@kernel("max_pool2d", kind=_MAX_POOL2D)
+@kernel("max_pool2d", kind=_MAX_POOL2D, batch=batching("images"))
 def _max_pool2d_kernel(x, kernel_size, stride, padding, dilation, ceil_mode):
     return call_native(_MAX_POOL2D, (x,), {
         "kernel_size": kernel_size, "stride": stride, "padding": padding,
@@ -393,7 +395,7 @@ def _avg_attrs(kernel_size, stride, padding, ceil_mode, count_include_pad,
             "divisor_override": divisor_override}
 
 
-@kernel("avg_pool2d", kind=_AVG_POOL2D)
+@kernel("avg_pool2d", kind=_AVG_POOL2D, batch=batching("images"))
 def _avg_pool2d_kernel(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                        divisor_override):
     return call_native(_AVG_POOL2D, (x,), _avg_attrs(
@@ -429,7 +431,7 @@ _AVG_POOL2D_BACKWARD = Opaque(native=ck.avg_pool2d_backward_native,
                                   (tuple(attrs["input_size"]),)))
 
 
-@kernel("avg_pool2d_backward", kind=_AVG_POOL2D_BACKWARD)
+@kernel("avg_pool2d_backward", kind=_AVG_POOL2D_BACKWARD, batch=batching("images", "input_size"))
 def _avg_pool2d_backward_kernel(gy, input_size, kernel_size, stride, padding, ceil_mode,
                                 count_include_pad, divisor_override):
     return call_native(_AVG_POOL2D_BACKWARD, (gy,), {"input_size": input_size, **_avg_attrs(

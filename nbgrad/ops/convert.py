@@ -9,7 +9,7 @@ from ..device import Device
 from ..tensor import Tensor
 from .dispatch import apply
 from .registry import get, kernel, op_function
-from .traits import Cast, Opaque
+from .traits import Cast, Opaque, batching
 
 __all__ = ["to", "to_device", "to_dtype"]
 
@@ -33,7 +33,8 @@ def to_dtype(self: Tensor, dtype) -> Tensor:
 
 
 @kernel("to_device", kind=Opaque(why_not_native=(
-    "it copies between devices (host and CUDA memory), which @njit code cannot do")))
+    "it copies between devices (host and CUDA memory), which @njit code cannot do")),
+        batch=batching("leading"))
 def _to_device_kernel(x, device):
     if isinstance(x, np.ndarray):
         return backends.to_device(x, Device.of(device)) if Device.of(device).type != "cpu" \

@@ -22,7 +22,7 @@ from .convert import to_dtype
 from .dispatch import apply, as_tensor, promote_operands
 from .registry import formula_helper, get, kernel, op_function
 from .shape import squeeze, transpose, unsqueeze
-from .traits import NativePlan, Opaque
+from .traits import NativePlan, Opaque, batching
 
 # nothing at the top level: nbgrad.linalg is the public address; nbgrad.det, .inverse and
 # .slogdet (also Tensor methods) are thin wrappers in nbgrad.ops.linalg
@@ -73,7 +73,7 @@ def _batch_kind(native, outputs: int) -> Opaque:
 _INV = _lapack_kind("linalg.inv", blas.inv_native)
 
 
-@kernel("linalg.inv", kind=_INV)
+@kernel("linalg.inv", kind=_INV, batch=batching("leading"))
 def _inv_kernel(A):
     return call_native(_INV, (A,), {})
 
@@ -90,7 +90,7 @@ def inv(A: Tensor) -> Tensor:
 _DET, _SLOGDET = _batch_kind(blas.det_native, 1), _batch_kind(blas.slogdet_native, 2)
 
 
-@kernel("linalg.det", kind=_DET)
+@kernel("linalg.det", kind=_DET, batch=batching("leading"))
 def _det_kernel(A):
     return call_native(_DET, (A,), {})
 
@@ -103,7 +103,7 @@ def det(A: Tensor) -> Tensor:
     return apply(get("linalg.det"), (A,))
 
 
-@kernel("linalg.slogdet", kind=_SLOGDET)
+@kernel("linalg.slogdet", kind=_SLOGDET, batch=batching("leading"))
 def _slogdet_kernel(A):
     return call_native(_SLOGDET, (A,), {})
 
@@ -145,7 +145,7 @@ def _solve_static(attrs: dict, shapes: tuple) -> NativePlan:
 _SOLVE = Opaque(native=blas.solve_native, static=_solve_static)
 
 
-@kernel("linalg.solve", kind=_SOLVE)
+@kernel("linalg.solve", kind=_SOLVE, batch=batching("solve"))
 def _solve_kernel(A, B):
     return call_native(_SOLVE, (A, B), {})
 
@@ -182,7 +182,7 @@ def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:
 _CHOLESKY = _lapack_kind("linalg.cholesky", blas.cholesky_native)
 
 
-@kernel("linalg.cholesky", kind=_CHOLESKY)
+@kernel("linalg.cholesky", kind=_CHOLESKY, batch=batching("leading"))
 def _cholesky_kernel(A):
     return call_native(_CHOLESKY, (A,), {})
 
@@ -221,7 +221,7 @@ _SOLVE_TRIANGULAR = Opaque(native=blas.solve_triangular_native,
                            static=_solve_triangular_static)
 
 
-@kernel("linalg.solve_triangular", kind=_SOLVE_TRIANGULAR)
+@kernel("linalg.solve_triangular", kind=_SOLVE_TRIANGULAR, batch=batching("leading", 2, 2))
 def _solve_triangular_kernel(A, B, upper, left, unitriangular):
     return call_native(_SOLVE_TRIANGULAR, (A, B), {"upper": upper, "left": left,
                                                    "unitriangular": unitriangular})

@@ -29,7 +29,7 @@ from .convert import to_dtype
 from .dispatch import apply, as_tensor
 from .registry import get, kernel, op_function
 from .shape import reshape, stack
-from .traits import NativePlan, Opaque
+from .traits import NativePlan, Opaque, batching
 
 __all__ = ["DynamicSlice", "ds", "dynamic_slice", "dynamic_slice_backward",
            "dynamic_update_slice"]
@@ -50,17 +50,18 @@ _DYNAMIC_UPDATE_SLICE = Opaque(
         _window_plan(shapes[0], shapes[1]), (tuple(shapes[0]),)))
 
 
-@kernel("dynamic_slice", kind=_DYNAMIC_SLICE)
+@kernel("dynamic_slice", kind=_DYNAMIC_SLICE, batch=batching("dynamic_slice"))
 def _dynamic_slice_kernel(x, start_indices, sizes):
     return call_native(_DYNAMIC_SLICE, (x, start_indices), {"sizes": sizes})
 
 
-@kernel("dynamic_slice_backward", kind=_DYNAMIC_SLICE_BACKWARD)
+@kernel("dynamic_slice_backward", kind=_DYNAMIC_SLICE_BACKWARD,
+        batch=batching("dynamic_slice_backward"))
 def _dynamic_slice_backward_kernel(g, sizes, start_indices):
     return call_native(_DYNAMIC_SLICE_BACKWARD, (g, start_indices), {"sizes": sizes})
 
 
-@kernel("dynamic_update_slice", kind=_DYNAMIC_UPDATE_SLICE)
+@kernel("dynamic_update_slice", kind=_DYNAMIC_UPDATE_SLICE, batch=batching("dynamic_update_slice"))
 def _dynamic_update_slice_kernel(x, update, start_indices):
     return call_native(_DYNAMIC_UPDATE_SLICE, (x, update, start_indices), {})
 

@@ -20,7 +20,7 @@ from ..tensor import Tensor
 from .convert import to_dtype
 from .dispatch import apply, as_tensor, promote_operands
 from .registry import get, kernel, op_function
-from .traits import Elementwise, NativePlan, Opaque
+from .traits import Elementwise, NativePlan, Opaque, batching
 
 
 def _out_dtype(kind: str, dtype: np.dtype) -> np.dtype:
@@ -269,7 +269,7 @@ def _clamp_static(attrs: dict, shapes: tuple) -> NativePlan:
 _CLAMP_KIND = Opaque(native=mk.clamp_native, static=_clamp_static)
 
 
-@kernel("clamp_tensor", kind=_CLAMP_KIND)
+@kernel("clamp_tensor", kind=_CLAMP_KIND, batch=batching("broadcasting"))
 def _clamp_tensor_kernel(x, min, max):  # noqa: A002
     return call_native(_CLAMP_KIND, (x, min, max), {})
 

@@ -23,7 +23,7 @@ from .dynamic import dynamic_index, is_dynamic
 from .registry import get, kernel, op_function
 from .shape import _dim as shape_dim
 from .shape import broadcast_to, reshape
-from .traits import IndexScatter, Move, NativePlan, Opaque
+from .traits import IndexScatter, Move, NativePlan, Opaque, batching
 
 __all__ = ["Index", "gather", "gather_backward", "index", "index_backward", "index_put",
            "index_select", "index_select_backward", "masked_fill", "normalize_index",
@@ -249,7 +249,7 @@ def _gather_static(attrs: dict, shapes: tuple) -> NativePlan:
 _GATHER = Opaque(native=sk.gather_native, static=_gather_static)
 
 
-@kernel("gather", kind=_GATHER)
+@kernel("gather", kind=_GATHER, batch=batching("along", together=True))
 def _gather_kernel(x, dim, index):
     return call_native(_GATHER, (x, index), {"dim": dim})
 
@@ -276,7 +276,8 @@ def _gather_backward_static(attrs: dict, shapes: tuple) -> NativePlan:
 _GATHER_BACKWARD = Opaque(native=sk.gather_backward_native, static=_gather_backward_static)
 
 
-@kernel("gather_backward", kind=_GATHER_BACKWARD)
+@kernel("gather_backward", kind=_GATHER_BACKWARD,
+        batch=batching("along", sizes="sizes", together=True))
 def _gather_backward_kernel(g, sizes, dim, index):
     return call_native(_GATHER_BACKWARD, (g, index), {"sizes": sizes, "dim": dim})
 
@@ -319,7 +320,7 @@ def _scatter_kind(op: str, accumulate: bool) -> Opaque:
 _SCATTER, _SCATTER_ADD = _scatter_kind("scatter", False), _scatter_kind("scatter_add", True)
 
 
-@kernel("scatter", kind=_SCATTER)
+@kernel("scatter", kind=_SCATTER, batch=batching("scatter"))
 def _scatter_kernel(x, dim, index, src):
     return call_native(_SCATTER, (x, index, src), {"dim": dim})
 
@@ -338,7 +339,7 @@ def scatter(self: Tensor, dim: int, index: Tensor, src=None, *, value=None,
     return apply(get("scatter"), (self, d, index, src))
 
 
-@kernel("scatter_add", kind=_SCATTER_ADD)
+@kernel("scatter_add", kind=_SCATTER_ADD, batch=batching("scatter"))
 def _scatter_add_kernel(x, dim, index, src):
     return call_native(_SCATTER_ADD, (x, index, src), {"dim": dim})
 
@@ -384,7 +385,7 @@ def _index_select_static(attrs: dict, shapes: tuple) -> NativePlan:
 _INDEX_SELECT = Opaque(native=sk.index_select_native, static=_index_select_static)
 
 
-@kernel("index_select", kind=_INDEX_SELECT)
+@kernel("index_select", kind=_INDEX_SELECT, batch=batching("index_select"))
 def _index_select_kernel(x, dim, index):
     return call_native(_INDEX_SELECT, (x, index), {"dim": dim})
 
@@ -406,7 +407,8 @@ _INDEX_SELECT_BACKWARD = Opaque(native=sk.index_select_backward_native,
                                 static=_index_select_backward_static)
 
 
-@kernel("index_select_backward", kind=_INDEX_SELECT_BACKWARD)
+@kernel("index_select_backward", kind=_INDEX_SELECT_BACKWARD,
+        batch=batching("index_select_backward"))
 def _index_select_backward_kernel(g, sizes, dim, index):
     return call_native(_INDEX_SELECT_BACKWARD, (g, index), {"sizes": sizes, "dim": dim})
 
@@ -429,7 +431,7 @@ _TAKE = Opaque(native=sk.take_native, static=lambda attrs, shapes: NativePlan(
     _take_message("take", shapes[0], shapes[1]), (tuple(shapes[1]),)))
 
 
-@kernel("take", kind=_TAKE)
+@kernel("take", kind=_TAKE, batch=batching("take"))
 def _take_kernel(x, index):
     return call_native(_TAKE, (x, index), {})
 
@@ -452,7 +454,7 @@ _TAKE_BACKWARD = Opaque(native=sk.take_backward_native, static=lambda attrs, sha
                                                shapes[1])), (tuple(attrs["sizes"]),)))
 
 
-@kernel("take_backward", kind=_TAKE_BACKWARD)
+@kernel("take_backward", kind=_TAKE_BACKWARD, batch=batching("take_backward"))
 def _take_backward_kernel(g, sizes, index):
     return call_native(_TAKE_BACKWARD, (g, index), {"sizes": sizes})
 
@@ -469,7 +471,7 @@ _MASKED_FILL = Opaque(native=sk.masked_fill_native, static=lambda attrs, shapes:
     (tuple(shapes[1]), tuple(shapes[0])), (tuple(shapes[0]),)))
 
 
-@kernel("masked_fill", kind=_MASKED_FILL)
+@kernel("masked_fill", kind=_MASKED_FILL, batch=batching("masked_fill"))
 def _masked_fill_kernel(x, mask, value):
     return call_native(_MASKED_FILL, (x, mask, value), {})
 

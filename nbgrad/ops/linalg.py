@@ -24,7 +24,7 @@ from .dispatch import apply, promote_operands
 from .reduction import sum as _sum
 from .registry import formula_helper, get, kernel, op_function
 from .shape import expand, permute
-from .traits import Matmul, Move, NativePlan, Opaque
+from .traits import Matmul, Move, NativePlan, Opaque, batching
 
 __all__ = ["bmm", "det", "diag", "diagonal", "diagonal_backward", "dot", "einsum", "inverse",
            "matmul", "mm", "outer", "slogdet", "trace"]
@@ -261,7 +261,8 @@ def _einsum_static(attrs: dict, shapes: tuple) -> NativePlan:
     return NativePlan(consts, (shape,))
 
 
-@kernel("einsum", kind=Opaque(native=blas.einsum_native, static=_einsum_static))
+@kernel("einsum", kind=Opaque(native=blas.einsum_native, static=_einsum_static),
+        batch=batching("einsum"))
 def _einsum_kernel(equation, operands):
     lhs, out = equation.split("->")
     a_labels, b_labels = lhs.split(",")
@@ -349,7 +350,7 @@ _DIAGONAL_BACKWARD = Opaque(native=mk.diagonal_backward_native,
                             static=_diagonal_backward_static)
 
 
-@kernel("diagonal_backward", kind=_DIAGONAL_BACKWARD)
+@kernel("diagonal_backward", kind=_DIAGONAL_BACKWARD, batch=batching("diagonal_backward"))
 def _diagonal_backward_kernel(g, input_sizes, offset, dim1, dim2):
     return call_native(_DIAGONAL_BACKWARD, (g,), {"input_sizes": input_sizes,
                                                   "offset": offset, "dim1": dim1,
@@ -378,7 +379,7 @@ def _diag_static(attrs: dict, shapes: tuple) -> NativePlan:
 _DIAG = Opaque(native=mk.diag_native, static=_diag_static)
 
 
-@kernel("diag", kind=_DIAG)
+@kernel("diag", kind=_DIAG, batch=batching("diag"))
 def _diag_kernel(x, diagonal):
     return call_native(_DIAG, (x,), {"diagonal": diagonal})
 
@@ -396,7 +397,7 @@ _TRACE = Opaque(native=mk.trace_native,
                 static=lambda attrs, shapes: NativePlan(tuple(shapes[0]), ((),)))
 
 
-@kernel("trace", kind=_TRACE)
+@kernel("trace", kind=_TRACE, batch=batching("trace"))
 def _trace_kernel(x):
     return call_native(_TRACE, (x,), {})
 

@@ -21,7 +21,7 @@ from .nn import one_hot
 from .registry import get, kernel, op_function
 from .shape import transpose, tril, triu
 from .spectral import _matrix
-from .traits import NativePlan, Opaque
+from .traits import NativePlan, Opaque, batching
 
 __all__: list[str] = []  # public names are in nbgrad.linalg
 
@@ -43,7 +43,7 @@ def _lu_static(attrs: dict, shapes: tuple) -> NativePlan:
 _LU_FACTOR = Opaque(native=lapack.lu_factor_native, static=_lu_static)
 
 
-@kernel("linalg.lu_factor", kind=_LU_FACTOR)
+@kernel("linalg.lu_factor", kind=_LU_FACTOR, batch=batching("leading"))
 def _lu_factor_kernel(A):
     return call_native(_LU_FACTOR, (A,), {})
 
@@ -68,7 +68,7 @@ _LU_PERM = Opaque(native=lapack.lu_perm_native, static=lambda attrs, shapes: Nat
     (tuple(shapes[0][:-1]) + (attrs["m"],),)))
 
 
-@kernel("lu_permutation", kind=_LU_PERM)
+@kernel("lu_permutation", kind=_LU_PERM, batch=batching("leading"))
 def _lu_permutation_kernel(pivots, m):
     return call_native(_LU_PERM, (pivots,), {"m": m})
 

@@ -28,7 +28,7 @@ from .dispatch import apply, as_tensor, promote_operands
 from .reduction import sum as _sum
 from .registry import formula_helper, get, kernel, op_function
 from .shape import expand, reshape
-from .traits import Elementwise, Matmul, NativePlan, Opaque
+from .traits import Elementwise, Matmul, NativePlan, Opaque, batching
 
 __all__ = [
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout",
@@ -119,12 +119,12 @@ def _softmax_kind(log: bool) -> Opaque:
 _SOFTMAX, _LOG_SOFTMAX = _softmax_kind(False), _softmax_kind(True)
 
 
-@kernel("softmax", kind=_SOFTMAX)
+@kernel("softmax", kind=_SOFTMAX, batch=batching("along"))
 def _softmax_kernel(x, dim, dtype):
     return call_native(_SOFTMAX, (x,), {"dim": dim, "dtype": dtype})
 
 
-@kernel("log_softmax", kind=_LOG_SOFTMAX)
+@kernel("log_softmax", kind=_LOG_SOFTMAX, batch=batching("along"))
 def _log_softmax_kernel(x, dim, dtype):
     return call_native(_LOG_SOFTMAX, (x,), {"dim": dim, "dtype": dtype})
 
@@ -213,7 +213,7 @@ def _class_loss_attrs(ignore_index, reduction, label_smoothing) -> dict:
             "label_smoothing": label_smoothing}
 
 
-@kernel("nll_loss", kind=_NLL)
+@kernel("nll_loss", kind=_NLL, batch=batching("class_loss"))
 def _nll_loss_kernel(logp, target, weight, ignore_index, reduction, label_smoothing):
     return call_native(_NLL, (logp, target, weight),
                        _class_loss_attrs(ignore_index, reduction, label_smoothing))
@@ -229,7 +229,7 @@ def _nll_backward_static(attrs: dict, shapes: tuple) -> NativePlan:
 _NLL_BACKWARD = Opaque(native=nk.nll_backward_native, static=_nll_backward_static)
 
 
-@kernel("nll_loss_backward", kind=_NLL_BACKWARD)
+@kernel("nll_loss_backward", kind=_NLL_BACKWARD, batch=batching("nll_loss_backward"))
 def _nll_loss_backward_kernel(g, target, weight, sizes, ignore_index, reduction,
                               label_smoothing):
     return call_native(_NLL_BACKWARD, (g, target, weight), {
@@ -274,7 +274,7 @@ def nll_loss(self: Tensor, target: Tensor, weight: Tensor | None = None,
                                             reduction, label_smoothing))
 
 
-@kernel("cross_entropy", kind=_CROSS_ENTROPY)
+@kernel("cross_entropy", kind=_CROSS_ENTROPY, batch=batching("class_loss"))
 def _cross_entropy_kernel(x, target, weight, ignore_index, reduction, label_smoothing):
     return call_native(_CROSS_ENTROPY, (x, target, weight),
                        _class_loss_attrs(ignore_index, reduction, label_smoothing))
@@ -335,7 +335,7 @@ _ONE_HOT = Opaque(native=nk.one_hot_native, static=lambda attrs, shapes: NativeP
     (tuple(shapes[0]) + (int(attrs["num_classes"]),),)))
 
 
-@kernel("one_hot", kind=_ONE_HOT)
+@kernel("one_hot", kind=_ONE_HOT, batch=batching("one_hot"))
 def _one_hot_kernel(x, num_classes):
     return call_native(_ONE_HOT, (x,), {"num_classes": num_classes})
 
@@ -380,12 +380,12 @@ def _pointwise_kind(squared: bool) -> Opaque:
 _MSE, _L1 = _pointwise_kind(True), _pointwise_kind(False)
 
 
-@kernel("mse_loss", kind=_MSE)
+@kernel("mse_loss", kind=_MSE, batch=batching("broadcasting", first=False))
 def _mse_loss_kernel(a, b, reduction):
     return call_native(_MSE, (a, b), {"reduction": reduction})
 
 
-@kernel("l1_loss", kind=_L1)
+@kernel("l1_loss", kind=_L1, batch=batching("broadcasting", first=False))
 def _l1_loss_kernel(a, b, reduction):
     return call_native(_L1, (a, b), {"reduction": reduction})
 
@@ -436,7 +436,7 @@ _BCE = Opaque(native=nk.binary_cross_entropy_native, static=_binary_static)
 _BCE_LOGITS = Opaque(native=nk.bce_with_logits_native, static=_binary_static)
 
 
-@kernel("binary_cross_entropy", kind=_BCE)
+@kernel("binary_cross_entropy", kind=_BCE, batch=batching("broadcasting", first=False))
 def _bce_kernel(p, t, weight, reduction):
     if p.size and (p.min() < 0 or p.max() > 1):  # the native says it without the values
         raise RuntimeError("binary_cross_entropy: all input values must be between 0 and 1 "
@@ -454,7 +454,8 @@ def binary_cross_entropy(self: Tensor, target: Tensor, weight: Tensor | None = N
                               reduction))
 
 
-@kernel("binary_cross_entropy_with_logits", kind=_BCE_LOGITS)
+@kernel("binary_cross_entropy_with_logits", kind=_BCE_LOGITS,
+        batch=batching("broadcasting", first=False))
 def _bce_logits_kernel(x, t, weight, pos_weight, reduction):
     return call_native(_BCE_LOGITS, (x, t, weight, pos_weight), {"reduction": reduction})
 
@@ -482,7 +483,7 @@ def _layer_norm_static(attrs: dict, shapes: tuple) -> NativePlan:
 _LAYER_NORM = Opaque(native=nk.layer_norm_native, static=_layer_norm_static)
 
 
-@kernel("layer_norm", kind=_LAYER_NORM)
+@kernel("layer_norm", kind=_LAYER_NORM, batch=batching("layer_norm"))
 def _layer_norm_kernel(x, normalized_shape, weight, bias, eps):
     return call_native(_LAYER_NORM, (x, weight, bias),
                        {"normalized_shape": normalized_shape, "eps": eps})
@@ -596,7 +597,7 @@ _EMBEDDING = Opaque(native=nk.embedding_native, static=lambda attrs, shapes: Nat
     (tuple(shapes[0]) + tuple(shapes[1][1:]),)))
 
 
-@kernel("embedding", kind=_EMBEDDING)
+@kernel("embedding", kind=_EMBEDDING, batch=batching("embedding"))
 def _embedding_kernel(indices, weight, padding_idx):
     return call_native(_EMBEDDING, (indices, weight), {"padding_idx": padding_idx})
 
@@ -635,7 +636,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
     return apply(get("embedding"), (idx, w, padding_idx))
 
 
-@kernel("embedding_backward", kind=_EMBEDDING_BACKWARD)
+@kernel("embedding_backward", kind=_EMBEDDING_BACKWARD, batch=batching("embedding_backward"))
 def _embedding_backward_kernel(g, indices, num_weights, padding_idx):
     return call_native(_EMBEDDING_BACKWARD, (g, indices),
                        {"num_weights": num_weights, "padding_idx": padding_idx})

@@ -22,7 +22,7 @@ from .reduction import amax, sum
 from .registry import formula_helper, get, kernel, op_function
 from .shape import squeeze, unsqueeze
 from .spectral import _matrix, pinv, svdvals
-from .traits import NativePlan, Opaque
+from .traits import NativePlan, Opaque, batching
 
 __all__ = ["matrix_exp"]  # nbgrad.matrix_exp, Tensor.matrix_exp; the rest: nbgrad.linalg
 
@@ -65,7 +65,7 @@ def qr_differentiable(mode: str, q_shape: tuple, r_shape: tuple) -> tuple[int, i
     return m, n
 
 
-@kernel("linalg.qr", kind=_QR)
+@kernel("linalg.qr", kind=_QR, batch=batching("leading"))
 def _qr_kernel(A, mode):
     return call_native(_QR, (A,), {"mode": mode})
 
@@ -89,7 +89,7 @@ _MATRIX_EXP = Opaque(native=lapack.matrix_exp_native, static=lambda attrs, shape
     (_stack_shape(shapes[0]),), (tuple(shapes[0]),)))
 
 
-@kernel("linalg.matrix_exp", kind=_MATRIX_EXP)
+@kernel("linalg.matrix_exp", kind=_MATRIX_EXP, batch=batching("leading"))
 def _matrix_exp_kernel(A):
     return call_native(_MATRIX_EXP, (A,), {})
 

@@ -27,7 +27,7 @@ from .dispatch import apply, as_tensor, promote_operands
 from .elementwise import maximum, minimum
 from .registry import formula_helper, get, kernel, op_function
 from .shape import reshape
-from .traits import Broadcast, NativePlan, Opaque, Reduction
+from .traits import Broadcast, NativePlan, Opaque, Reduction, batching
 
 __all__ = [
     "amax", "amin", "argmax", "argmin", "cumprod", "cumsum", "logsumexp", "max", "mean",
@@ -255,7 +255,7 @@ def _with(static, *names: str, **constants):
 _PROD_KIND = Opaque(native=rk.prod_native, static=_with(_plan("prod"), "dtype"))
 
 
-@kernel("prod", kind=_PROD_KIND)
+@kernel("prod", kind=_PROD_KIND, batch=batching("along"))
 def _prod_kernel(x, dim, keepdim, dtype):
     return call_native(_PROD_KIND, (x,), {"dim": dim, "keepdim": keepdim, "dtype": dtype})
 
@@ -302,32 +302,32 @@ _EXTREMES = {name: _extreme_kind(native, op, is_max) for name, native, op, is_ma
     ("min_dim", rk.extreme_dim_native, "min", False)]}
 
 
-@kernel("max", kind=_EXTREMES["max"])
+@kernel("max", kind=_EXTREMES["max"], batch=batching("reduce_all", "max"))
 def _max_kernel(x):
     return call_native(_EXTREMES["max"], (x,), {})
 
 
-@kernel("min", kind=_EXTREMES["min"])
+@kernel("min", kind=_EXTREMES["min"], batch=batching("reduce_all", "min"))
 def _min_kernel(x):
     return call_native(_EXTREMES["min"], (x,), {})
 
 
-@kernel("amax", kind=_EXTREMES["amax"])
+@kernel("amax", kind=_EXTREMES["amax"], batch=batching("along"))
 def _amax_kernel(x, dim, keepdim):
     return call_native(_EXTREMES["amax"], (x,), {"dim": dim, "keepdim": keepdim})
 
 
-@kernel("amin", kind=_EXTREMES["amin"])
+@kernel("amin", kind=_EXTREMES["amin"], batch=batching("along"))
 def _amin_kernel(x, dim, keepdim):
     return call_native(_EXTREMES["amin"], (x,), {"dim": dim, "keepdim": keepdim})
 
 
-@kernel("max_dim", kind=_EXTREMES["max_dim"])
+@kernel("max_dim", kind=_EXTREMES["max_dim"], batch=batching("along"))
 def _max_dim_kernel(x, dim, keepdim):
     return call_native(_EXTREMES["max_dim"], (x,), {"dim": dim, "keepdim": keepdim})
 
 
-@kernel("min_dim", kind=_EXTREMES["min_dim"])
+@kernel("min_dim", kind=_EXTREMES["min_dim"], batch=batching("along"))
 def _min_dim_kernel(x, dim, keepdim):
     return call_native(_EXTREMES["min_dim"], (x,), {"dim": dim, "keepdim": keepdim})
 
@@ -402,12 +402,12 @@ def _arg_kind(op: str, is_max: bool) -> Opaque:
 _ARGMAX, _ARGMIN = _arg_kind("argmax", True), _arg_kind("argmin", False)
 
 
-@kernel("argmax", kind=_ARGMAX)
+@kernel("argmax", kind=_ARGMAX, batch=batching("along"))
 def _argmax_kernel(x, dim, keepdim):
     return call_native(_ARGMAX, (x,), {"dim": dim, "keepdim": keepdim})
 
 
-@kernel("argmin", kind=_ARGMIN)
+@kernel("argmin", kind=_ARGMIN, batch=batching("along"))
 def _argmin_kernel(x, dim, keepdim):
     return call_native(_ARGMIN, (x,), {"dim": dim, "keepdim": keepdim})
 
@@ -441,12 +441,12 @@ def _variance_kind(op: str, root: bool) -> Opaque:
 _VAR, _STD = _variance_kind("var", False), _variance_kind("std", True)
 
 
-@kernel("var", kind=_VAR)
+@kernel("var", kind=_VAR, batch=batching("along"))
 def _var_kernel(x, dim, correction, keepdim):
     return call_native(_VAR, (x,), {"dim": dim, "correction": correction, "keepdim": keepdim})
 
 
-@kernel("std", kind=_STD)
+@kernel("std", kind=_STD, batch=batching("along"))
 def _std_kernel(x, dim, correction, keepdim):
     return call_native(_STD, (x,), {"dim": dim, "correction": correction, "keepdim": keepdim})
 
@@ -485,7 +485,7 @@ def std(self: Tensor, dim=None, correction: float = 1, keepdim: bool = False, *,
 _LOGSUMEXP = Opaque(native=rk.logsumexp_native, static=_plan("logsumexp"))
 
 
-@kernel("logsumexp", kind=_LOGSUMEXP)
+@kernel("logsumexp", kind=_LOGSUMEXP, batch=batching("along"))
 def _logsumexp_kernel(x, dim, keepdim):
     return call_native(_LOGSUMEXP, (x,), {"dim": dim, "keepdim": keepdim})
 
@@ -514,7 +514,7 @@ def _norm_static(attrs: dict, shapes: tuple) -> tuple:
 _NORM = Opaque(native=rk.norm_native, static=_norm_static)
 
 
-@kernel("norm", kind=_NORM)
+@kernel("norm", kind=_NORM, batch=batching("along"))
 def _norm_kernel(x, p, dim, keepdim, dtype):
     return call_native(_NORM, (x,), {"p": p, "dim": dim, "keepdim": keepdim, "dtype": dtype})
 
@@ -551,12 +551,12 @@ def _cumulative_kind(product: bool) -> Opaque:
 _CUMSUM, _CUMPROD = _cumulative_kind(False), _cumulative_kind(True)
 
 
-@kernel("cumsum", kind=_CUMSUM)
+@kernel("cumsum", kind=_CUMSUM, batch=batching("along"))
 def _cumsum_kernel(x, dim, dtype):
     return call_native(_CUMSUM, (x,), {"dim": dim, "dtype": dtype})
 
 
-@kernel("cumprod", kind=_CUMPROD)
+@kernel("cumprod", kind=_CUMPROD, batch=batching("along"))
 def _cumprod_kernel(x, dim, dtype):
     return call_native(_CUMPROD, (x,), {"dim": dim, "dtype": dtype})
 
@@ -592,7 +592,7 @@ def _scan_static(attrs: dict, shapes: tuple) -> NativePlan:
 _SCAN = Opaque(native=rk.scan_native, static=_scan_static)
 
 
-@kernel("scan", kind=_SCAN)
+@kernel("scan", kind=_SCAN, batch=batching("along", together=True))
 def _scan_kernel(b, a, dim, reverse):
     return call_native(_SCAN, (b, a), {"dim": dim, "reverse": reverse})
 
@@ -614,7 +614,7 @@ _SHIFT = Opaque(native=rk.shift_native, static=lambda attrs, shapes: NativePlan(
     (*_along(attrs, shapes[0]), int(attrs["offset"]), float(attrs["fill"])), (shapes[0],)))
 
 
-@kernel("shift_along", kind=_SHIFT)
+@kernel("shift_along", kind=_SHIFT, batch=batching("along"))
 def _shift_along_kernel(x, dim, offset, fill):
     return call_native(_SHIFT, (x,), {"dim": dim, "offset": offset, "fill": fill})
 
@@ -643,7 +643,7 @@ def _sorted_kind(op: str) -> Opaque:
 _SORT, _TOPK = _sorted_kind("sort"), _sorted_kind("topk")
 
 
-@kernel("sort", kind=_SORT)
+@kernel("sort", kind=_SORT, batch=batching("along"))
 def _sort_kernel(x, dim, descending, stable):
     return call_native(_SORT, (x,), {"dim": dim, "descending": descending})
 
@@ -658,7 +658,7 @@ def sort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = F
     return ValuesIndices(*apply(get("sort"), (self, dim, bool(descending), bool(stable))))
 
 
-@kernel("topk", kind=_TOPK)
+@kernel("topk", kind=_TOPK, batch=batching("along"))
 def _topk_kernel(x, k, dim, largest, sorted):  # noqa: A002 - torch's name
     return call_native(_TOPK, (x,), {"k": k, "dim": dim, "largest": largest})
 

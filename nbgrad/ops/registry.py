@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..errors import TableError
 from ..table import Entry, load_table
@@ -19,7 +20,7 @@ from ..table.loader import parse_raw, table_path
 from ..table.schema import Param
 from ..tensor import Tensor
 from .arguments import reporting_argument_errors
-from .traits import OPAQUE, Kind
+from .traits import OPAQUE, Batching, Kind, Opaque
 
 TARGETS = ("cpu", "cuda")
 
@@ -123,7 +124,7 @@ def kind_of(name: str) -> Kind:
 
 
 def kernel(name: str, target: str = "cpu", view_of: int | None = None,
-           kind: Kind | None = None):
+           kind: Kind | None = None, batch: Batching | None = None):
     """Register ``fn`` as the ``target`` kernel of op ``name``.
 
     A kernel takes the op's arguments in table order, with arrays in place of
@@ -133,11 +134,18 @@ def kernel(name: str, target: str = "cpu", view_of: int | None = None,
     op without a table entry then raises :class:`~nbgrad.errors.TableError` at once.
     ``kind`` (with the CPU kernel) declares what executors need to know about the op
     (:mod:`nbgrad.ops.traits`); an op without one is :class:`~nbgrad.ops.traits.Opaque`.
+    ``batch`` gives an Opaque op its batching rule (``Opaque.batch``); other kinds batch
+    by their kind.
     """
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}")
-    if kind is not None and target != "cpu":
+    if (kind is not None or batch is not None) and target != "cpu":
         raise ValueError(f"kernel {name!r}: declare the op's kind with its CPU kernel")
+    if batch is not None:
+        if not isinstance(kind or OPAQUE, Opaque):
+            raise TypeError(f"kernel {name!r}: batch= is for Opaque ops; a "
+                            f"{type(kind).__name__} op batches by its kind")
+        kind = replace(kind or OPAQUE, batch=batch)
 
     def register(fn: Callable) -> Callable:
         if target != "cpu" and _TABLE and name not in _TABLE:  # loaded after bind_table

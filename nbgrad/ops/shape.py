@@ -19,7 +19,7 @@ from ..tensor import Tensor
 from .convert import to_dtype
 from .dispatch import apply, as_tensor, promote_operands
 from .registry import formula_helper, get, kernel, op_function
-from .traits import Broadcast, Fill, Join, Move, NativePlan, Opaque, Permute, View
+from .traits import Broadcast, Fill, Join, Move, NativePlan, Opaque, Permute, View, batching
 
 __all__ = [
     "broadcast_tensors",
@@ -585,7 +585,7 @@ def _triangle_kind(lower: bool) -> Opaque:
 _TRIL, _TRIU = _triangle_kind(True), _triangle_kind(False)
 
 
-@kernel("tril", kind=_TRIL)
+@kernel("tril", kind=_TRIL, batch=batching("leading"))
 def _tril_kernel(x, diagonal):
     return call_native(_TRIL, (x,), {"diagonal": diagonal})
 
@@ -598,7 +598,7 @@ def tril(self: Tensor, diagonal: int = 0) -> Tensor:
     return apply(get("tril"), (self, int(diagonal)))
 
 
-@kernel("triu", kind=_TRIU)
+@kernel("triu", kind=_TRIU, batch=batching("leading"))
 def _triu_kernel(x, diagonal):
     return call_native(_TRIU, (x,), {"diagonal": diagonal})
 
@@ -645,7 +645,7 @@ def _pad_static(attrs: dict, shapes: tuple) -> NativePlan:
 _PAD = Opaque(native=mk.pad_native, static=_pad_static)
 
 
-@kernel("pad", kind=_PAD)
+@kernel("pad", kind=_PAD, batch=batching("leading"))
 def _pad_kernel(x, pad, mode, value):
     return call_native(_PAD, (x,), {"pad": pad, "mode": mode, "value": value})
 

@@ -28,7 +28,7 @@ from ..tensor import Tensor
 from .decomp import _float, _square, _stack_shape, _where
 from .dispatch import apply
 from .registry import formula_helper, get, kernel, op_function
-from .traits import NativePlan, Opaque
+from .traits import NativePlan, Opaque, batching
 
 __all__ = ["pinverse"]  # nbgrad.pinverse, Tensor.pinverse; the rest: nbgrad.linalg
 
@@ -81,7 +81,7 @@ _EIGVALSH = Opaque(native=lapack.eigvalsh_native, static=lambda attrs, shapes: N
     (tuple(shapes[0][:-1]),)))
 
 
-@kernel("linalg.eigh", kind=_EIGH)
+@kernel("linalg.eigh", kind=_EIGH, batch=batching("leading"))
 def _eigh_kernel(A, UPLO):
     return call_native(_EIGH, (A,), {"UPLO": UPLO})
 
@@ -104,7 +104,7 @@ def eigh(A: Tensor, UPLO: str = "L") -> EighResult:
     return EighResult(L, V)
 
 
-@kernel("linalg.eigvalsh", kind=_EIGVALSH)
+@kernel("linalg.eigvalsh", kind=_EIGVALSH, batch=batching("leading"))
 def _eigvalsh_kernel(A, UPLO):
     return call_native(_EIGVALSH, (A,), {"UPLO": UPLO})
 
@@ -133,7 +133,7 @@ def _gap_static(attrs: dict, shapes: tuple) -> NativePlan:
 _GAP_DIVIDE = Opaque(native=lapack.gap_divide_native, static=_gap_static)
 
 
-@kernel("gap_divide", kind=_GAP_DIVIDE)
+@kernel("gap_divide", kind=_GAP_DIVIDE, batch=batching("leading", 2, 1))
 def _gap_divide_kernel(self, L, op):
     return call_native(_GAP_DIVIDE, (self, L), {"op": op})
 
@@ -160,7 +160,7 @@ def _column_static(attrs: dict, shapes: tuple) -> NativePlan:
 _COLUMN_DIVIDE = Opaque(native=lapack.column_divide_native, static=_column_static)
 
 
-@kernel("column_divide", kind=_COLUMN_DIVIDE)
+@kernel("column_divide", kind=_COLUMN_DIVIDE, batch=batching("leading", 2, 1))
 def _column_divide_kernel(self, d, op):
     return call_native(_COLUMN_DIVIDE, (self, d), {"op": op})
 
@@ -194,7 +194,7 @@ _SVDVALS = Opaque(native=lapack.svdvals_native, static=lambda attrs, shapes: Nat
     (tuple(shapes[0][:-2]) + (min(shapes[0][-2:]),),)))
 
 
-@kernel("linalg.svd", kind=_SVD)
+@kernel("linalg.svd", kind=_SVD, batch=batching("leading"))
 def _svd_kernel(A, full_matrices):
     return call_native(_SVD, (A,), {"full_matrices": full_matrices})
 
@@ -218,7 +218,7 @@ def svd(A: Tensor, full_matrices: bool = True, *, driver: str | None = None) -> 
     return SVDResult(U, S, Vh)
 
 
-@kernel("linalg.svdvals", kind=_SVDVALS)
+@kernel("linalg.svdvals", kind=_SVDVALS, batch=batching("leading"))
 def _svdvals_kernel(A):
     return call_native(_SVDVALS, (A,), {})
 
@@ -241,7 +241,7 @@ _PINV = Opaque(native=lapack.pinv_native, static=lambda attrs, shapes: NativePla
     (tuple(shapes[0][:-2]) + (shapes[0][-1], shapes[0][-2]),)))
 
 
-@kernel("linalg.pinv", kind=_PINV)
+@kernel("linalg.pinv", kind=_PINV, batch=batching("leading"))
 def _pinv_kernel(A, atol, rtol, hermitian):
     return call_native(_PINV, (A,), {"atol": atol, "rtol": rtol, "hermitian": hermitian})
 

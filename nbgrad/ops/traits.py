@@ -155,6 +155,23 @@ class NativePlan:
 
 
 @dataclass(frozen=True)
+class Batching:
+    """How ``vmap`` batches an :class:`Opaque` op: a rule family of
+    :data:`nbgrad.batching.opaque.FAMILIES` (``"along"`` a dim attribute, ``"leading"``
+    batch dimensions of linear algebra, ``"broadcasting"``, ``"images"``, or a rule of
+    its own) and the family's arguments."""
+
+    family: str
+    args: tuple = ()
+    options: tuple[tuple[str, object], ...] = ()
+
+
+def batching(family: str, *args: object, **options: object) -> Batching:
+    """``Batching(family, args, options)``, spelled as a call of the family."""
+    return Batching(family, args, tuple(sorted(options.items())))
+
+
+@dataclass(frozen=True)
 class Opaque(Kind):
     """Any other op: its kernel runs as is.
 
@@ -162,12 +179,15 @@ class Opaque(Kind):
     as :class:`NativePlan` says, with the plan ``static(attrs, shapes)`` (``shapes``: the
     tensor arguments' shapes, None for an absent one). Without one, ``why_not_native``
     says why the op cannot run natively (tier 1 runs it as an eager step, tier 2 through
-    ``objmode``; the reason is shown in ``compiled.source()``).
+    ``objmode``; the reason is shown in ``compiled.source()``). ``batch``: how ``vmap``
+    batches the op (None: it raises naming the op); usually given as ``@kernel(...,
+    batch=...)``.
     """
 
     native: Callable | None = None
     static: Callable[[Attrs, tuple[Shape | None, ...]], NativePlan] | None = None
     why_not_native: str | None = None
+    batch: Batching | None = None
     label = "opaque"
 
     def __post_init__(self) -> None:

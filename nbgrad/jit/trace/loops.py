@@ -295,7 +295,23 @@ def _trace_body(fn: Callable, holders: list[Tensor]) -> tuple[Graph, list[Tensor
         outs = run_traced(sub, fn, *holders, quiet=True)
         with sub:  # a result that eager mode cut from the graph is cut in the loop too
             sub.graph.outputs = [sub.use(t) for t in outs]
-    return sub.graph, [t for _, _, t in sub.captures]
+    return _without_dead_code(sub.graph, len(holders), [t for _, _, t in sub.captures])
+
+
+def _without_dead_code(graph: Graph, n_fixed: int, captured: list[Tensor]
+                       ) -> tuple[Graph, list[Tensor]]:
+    """The body without dead nodes and without the captured inputs only they read (e.g.
+    a segment's start offset that a body ignoring its counter adds to it): such inputs
+    would make the loop run step by step in Python while it is traced."""
+    if len(graph.inputs) != n_fixed + len(captured):
+        return graph, captured
+    nodes = dce_nodes(graph.nodes, graph.outputs)
+    read = {id(v) for n in nodes for v in n.inputs if v is not None}
+    read.update(id(v) for v in graph.outputs)
+    keep = [k for k in range(len(captured)) if id(graph.inputs[n_fixed + k]) in read]
+    inputs = graph.inputs[:n_fixed] + [graph.inputs[n_fixed + k] for k in keep]
+    return (Graph(inputs, consts_for(graph, nodes, graph.outputs), nodes, graph.outputs),
+            [captured[k] for k in keep])
 
 
 class _BodyInput(AutogradNode):

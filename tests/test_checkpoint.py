@@ -260,3 +260,18 @@ def test_segments_of_a_loop_that_ignores_its_counter_do_not_read_it():
         0, 40, lambda i, x: nb.sin(x), x0, checkpoint="log").sum()), mode="interpret")
     text = step.graph(x0)
     assert text.count("= loop(") > 4 and "index=(" not in text, text
+
+
+def test_checkpointed_segments_run_natively_while_traced(monkeypatch):
+    """Tracing runs each loop once; the segments of a counter-free body must not need
+    the step-by-step Python replay (they carry no dead integer inputs)."""
+    from nbgrad.jit.trace import loops
+
+    def refuse(info, arrays):
+        raise AssertionError("a loop ran step by step in Python")
+
+    monkeypatch.setattr(loops, "execute_loop_eager", refuse)
+    x0 = _t((3,), 25, requires_grad=False)
+    for ck in (True, "log"):
+        nb.jit(nb.grad(lambda x0, ck=ck: nb.fori_loop(
+            0, 40, lambda i, x: nb.sin(x), x0, checkpoint=ck).sum()), mode="interpret")(x0)

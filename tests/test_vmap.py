@@ -524,3 +524,19 @@ def test_random_elementwise_reduction_graphs():
         Y = RNG.uniform(-1, 1, (3,))
         _check(f, X, Y, in_axes=(0, None))
     run()
+
+
+@pytest.mark.parametrize("op", [
+    lambda s: nb.sort(s, 0, True).values, lambda s: nb.cumsum(s, 0),
+    lambda s: nb.cumprod(s, 0), lambda s: nb.softmax(s, 0), lambda s: nb.log_softmax(s, 0),
+    lambda s: nb.logsumexp(s, 0), lambda s: nb.topk(s, 1, 0).values,
+    lambda s: nb.gather(s, 0, nb.tensor(0)), lambda s: nb.amax(s, 0)])
+def test_ops_along_a_dim_of_a_0d_value_and_their_gradients(op):
+    """A 0-d value has a virtual dim 0 (NumPy, PyTorch); batched it is ``(B,)``, and the
+    rule (forward, and backward ops such as gather_backward with their output sizes)
+    must flatten it to ``(B, 1)`` (found by the fuzzer: sort of a sum under vmap(grad))."""
+    f = lambda x: (op((x * x).sum()) * 3.0).sum()  # noqa: E731
+    xs = nb.tensor(r(3, 2))
+    got = nb.vmap(nb.grad(f))(xs).numpy()
+    want = np.stack([nb.grad(f)(nb.tensor(xs.numpy()[b])).numpy() for b in range(3)])
+    np.testing.assert_allclose(got, want, rtol=1e-12)

@@ -76,7 +76,8 @@ def along(attr: str = "dim", sizes: str | None = None, together: bool = False) -
             vals = list(call.values)
             if any(call.batched[1:]):
                 raise call.fail("only its first tensor argument may be batched")
-        if dim is None or (rank == 0 and dim != ()):  # every element: the input flattened
+        flat = dim is None or (rank == 0 and dim != ())
+        if flat:  # every element: the input flattened
             vals[0] = reshape(vals[0], (call.size, -1))
             if together:
                 vals = [None if v is None else reshape(v, (call.size, -1)) for v in vals]
@@ -84,8 +85,10 @@ def along(attr: str = "dim", sizes: str | None = None, together: bool = False) -
         else:
             new = _shift(dim, rank)
         extra = {attr: new}
-        if sizes is not None:
-            extra[sizes] = (call.size,) + tuple(call.attrs[sizes])
+        if sizes is not None:  # the logical output shape, flattened as the input was
+            logical = tuple(call.attrs[sizes])
+            extra[sizes] = (call.size, int(np.prod(logical))) if flat else \
+                (call.size,) + logical
         return call.finish(call.run(vals, **extra))
     return rule
 

@@ -13,7 +13,8 @@ What is enforced:
 (c) the number of imports inside functions (``def`` or ``async def`` bodies, nested
     ones included, each import statement once) stays within :data:`FUNCTION_IMPORT_BUDGET`.
     Those left are lazy on purpose: CUDA and numba.cuda, rich at CLI start, hypothesis,
-    scipy.special and the records (via nbgrad.numpy_interop / nbgrad.testing.records).
+    scipy.special, scipy.linalg's BLAS (nbgrad.kernels.blas, at the first triangular
+    solve) and the records (via nbgrad.numpy_interop / nbgrad.testing.records).
 
 A unit is a subpackage (``nbgrad.ops``) or a module at the package root
 (``nbgrad.tensor``); ``nbgrad`` itself is the package's ``__init__`` (the public API).
@@ -55,7 +56,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 #: imports inside functions, per part of the package (issue 13: at most 98 in all, half
 #: of the 197 counted when it was written). Lower these as imports move to module level.
-FUNCTION_IMPORT_BUDGET = {"outside nbgrad/jit": 13, "whole package": 24}
+FUNCTION_IMPORT_BUDGET = {"outside nbgrad/jit": 14, "whole package": 25}
 
 
 def _module_name(path: Path, root: Path) -> str:

@@ -1,10 +1,18 @@
 """Matrix kernels: products through BLAS (NumPy's ``dot`` inside ``@njit``), batched LAPACK
-decompositions (``np.linalg`` inside ``@njit``) and triangular solves."""
+decompositions (``np.linalg`` inside ``@njit``, ``potrf``) and triangular solves (BLAS
+``trsm``)."""
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
-from numba import njit
+from llvmlite import binding as _ll
+from llvmlite import ir
+from numba import njit, types
+from numba.core.errors import TypingError
+from numba.extending import intrinsic, overload
+from numba.np.linalg import _LAPACK, get_blas_kind
 
 from ..errors import LinAlgError
 from .layout import broadcast, c_contiguous, flat, native_const, permuted, view3
@@ -170,28 +178,176 @@ def cholesky_batched(a, out):
         out[i] = np.linalg.cholesky(a[i])
 
 
+# ------------------------------------------------------------------ BLAS/LAPACK calls
+# ``trsm`` (BLAS ``?trsm``; ``?trsv`` for one right-hand side) and ``potrf`` on C-order
+# float32/float64 matrices, in place, for the natives below. ``?potrf`` is Numba's binding
+# of SciPy's LAPACK. ``?trsm``/``?trsv``, which Numba does not bind, come from
+# ``scipy.linalg.cython_blas`` (the BLAS SciPy links), through a table of function
+# pointers that compiled code reads by a symbol name (so it stays cacheable); the first
+# call in a process fills the table (importing ``scipy.linalg`` then, not at nbgrad's
+# import) through a callback. They live in this file because Numba's cache of a native is
+# keyed by the native's own file (and so is tier 2's ``native_digest``): code inlined
+# from another file would go stale there. Column-major routines see a C-order matrix
+# transposed; the wrappers set the flags for that.
+_BLAS_NAMES = ("strsm", "dtrsm", "strsv", "dtrsv")
+_BLAS_SLOTS = (ctypes.c_void_p * len(_BLAS_NAMES))()
+
+
+def _address(module, name: str) -> int:
+    """The C address of ``module``'s Cython function ``name`` (from its capsule)."""
+    capsule = module.__pyx_capi__[name]
+    get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
+        ("PyCapsule_GetName", ctypes.pythonapi))
+    get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", ctypes.pythonapi))
+    return get_pointer(capsule, get_name(capsule))
+
+
+def _fill_blas_slots() -> None:
+    """Fill the table of BLAS pointers (called back from compiled code, GIL taken)."""
+    import scipy.linalg.cython_blas as cython_blas
+    for i, name in enumerate(_BLAS_NAMES):
+        _BLAS_SLOTS[i] = _address(cython_blas, name)
+
+
+_FILL_CALLBACK = ctypes.CFUNCTYPE(None)(_fill_blas_slots)
+_ll.add_symbol("nbgrad_blas_slots", ctypes.addressof(_BLAS_SLOTS))
+_ll.add_symbol("nbgrad_blas_fill", ctypes.cast(_FILL_CALLBACK, ctypes.c_void_p).value)
+_fill_slots = types.ExternalFunction("nbgrad_blas_fill", types.void())
+
+
+@intrinsic
+def _blas_slot(typingctx, index):
+    """Entry ``index`` of the table of BLAS pointers (0 while unfilled)."""
+    def codegen(context, builder, signature, args):
+        table_type = ir.ArrayType(ir.IntType(8).as_pointer(), len(_BLAS_NAMES))
+        table = builder.module.globals.get("nbgrad_blas_slots")
+        if table is None:
+            table = ir.GlobalVariable(builder.module, table_type, "nbgrad_blas_slots")
+            table.linkage = "external"
+        entry = builder.gep(table, [ir.Constant(ir.IntType(32), 0), args[0]])
+        return builder.ptrtoint(builder.load(entry), context.get_value_type(types.uintp))
+    return types.uintp(index), codegen
+
+
+@intrinsic
+def _call_void(typingctx, function, pointers):
+    """Call the C function at address ``function`` with the addresses ``pointers``."""
+    def codegen(context, builder, signature, args):
+        bytes_ptr = ir.IntType(8).as_pointer()
+        count = signature.args[1].count
+        callee_type = ir.FunctionType(ir.VoidType(), [bytes_ptr] * count)
+        callee = builder.inttoptr(args[0], callee_type.as_pointer())
+        builder.call(callee, [builder.inttoptr(builder.extract_value(args[1], i), bytes_ptr)
+                              for i in range(count)])
+        return context.get_dummy_value()
+    return types.void(function, pointers), codegen
+
+
 @njit(**OPTS)
-def trsm_batched(a, x, upper, unit):
-    """Solve ``a[i] @ y = x[i]`` in place for triangular ``a[i]`` (substitution by rows)."""
-    n = a.shape[1]
-    k = x.shape[2]
-    for i in range(a.shape[0]):
-        A = a[i]
-        X = x[i]
-        for step in range(n):
-            r = n - 1 - step if upper else step
-            row = X[r]
-            lo, hi = (r + 1, n) if upper else (0, r)
-            for c in range(lo, hi):
-                coef = A[r, c]
-                if coef != 0:
-                    other = X[c]
-                    for j in range(k):
-                        row[j] -= coef * other[j]
-            if not unit:
-                d = A[r, r]
-                for j in range(k):
-                    row[j] /= d
+def _blas_function(index):
+    """The address of BLAS routine ``_BLAS_NAMES[index]`` (filling the table once)."""
+    address = _blas_slot(index)
+    if address == 0:
+        _fill_slots()
+        address = _blas_slot(index)
+        if address == 0:
+            raise RuntimeError("nbgrad: SciPy's BLAS (scipy.linalg.cython_blas) could not "
+                               "be loaded")
+    return address
+
+
+def trsm(a, b, lower, unit, left, trans):
+    """Solve ``op(a) @ x = b`` (``left``) or ``x @ op(a) = b`` in place in ``b`` for a
+    triangular ``a``: its ``lower`` (else upper) triangle is read, its diagonal taken as
+    ones when ``unit``, ``op(a) = a.T`` when ``trans``. ``a`` (n, n) and ``b`` are
+    C-contiguous 2-D float32 or float64 arrays of one dtype. A zero on the diagonal gives
+    infinities or NaNs, as substitution does."""
+
+
+def _check(name: str, *arrays) -> None:
+    for x in arrays:
+        if x.dtype not in (types.float32, types.float64) or x.ndim != 2 or x.layout != "C":
+            raise TypingError(f"{name}: needs C-contiguous 2-D float32/float64 arrays, "
+                              f"got {x}")
+
+
+@overload(trsm)
+def _trsm(a, b, lower, unit, left, trans):
+    _check("trsm", a, b)
+    double = a.dtype == types.float64
+    dtype = np.float64 if double else np.float32
+    which_trsm, which_trsv = _BLAS_NAMES.index("dtrsm" if double else "strsm"), \
+        _BLAS_NAMES.index("dtrsv" if double else "strsv")
+
+    def impl(a, b, lower, unit, left, trans):
+        if b.size == 0:
+            return
+        n = a.shape[0]
+        flags = np.empty(4, np.uint8)
+        ints = np.empty(4, np.int32)
+        alpha = np.ones(1, dtype)
+        f, i = flags.ctypes.data, ints.ctypes.data
+        if b.shape[1 if left else 0] == 1:  # one right-hand side, contiguous: ?trsv
+            flags[0] = 85 if lower else 76     # 'U' : 'L' (the triangle of a.T)
+            flags[1] = 84 if left != trans else 78  # a.T solves x op(a) = b: 'N'
+            flags[2] = 85 if unit else 78
+            ints[0] = n
+            ints[1] = max(n, 1)
+            ints[2] = 1
+            _call_void(_blas_function(which_trsv),
+                       (f, f + 1, f + 2, i, a.ctypes.data, i + 4, b.ctypes.data, i + 8))
+        else:
+            # Column-major BLAS sees the C-order a as a.T and b as b.T:
+            # op(a) x = b  <=>  x.T op(a).T = b.T  (side R), and x op(a) = b  <=>
+            # op(a).T x.T = b.T (side L); a.T's triangle is the other one.
+            flags[0] = 82 if left else 76      # 'R' : 'L'
+            flags[1] = 85 if lower else 76     # 'U' : 'L'
+            flags[2] = 84 if trans else 78     # 'T' : 'N'
+            flags[3] = 85 if unit else 78      # 'U' : 'N'
+            ints[0] = b.shape[1]               # m: rows of b.T
+            ints[1] = b.shape[0]               # n: columns of b.T
+            ints[2] = max(n, 1)                # lda
+            ints[3] = max(b.shape[1], 1)       # ldb
+            _call_void(_blas_function(which_trsm),
+                       (f, f + 1, f + 2, f + 3, i, i + 4, alpha.ctypes.data, a.ctypes.data,
+                        i + 8, b.ctypes.data, i + 12))
+        _keep_alive(flags, ints, alpha, a, b)
+
+    return impl
+
+
+@njit(**OPTS)
+def _keep_alive(*arrays):
+    """A use of ``arrays`` after the call (Numba may free an array after its last use,
+    and a ``.ctypes`` pointer is not a use)."""
+    return len(arrays)
+
+
+def potrf(a):
+    """The lower Cholesky factor of the symmetric ``a`` (C-contiguous, 2-D, read from its
+    lower triangle) in place, its strict upper triangle zeroed; returns LAPACK's
+    ``info`` (> 0: the leading minor of that order is not positive definite; ``a`` is
+    then partly overwritten)."""
+
+
+@overload(potrf)
+def _potrf(a):
+    _check("potrf", a)
+    fn = _LAPACK().numba_xxpotrf(a.dtype)
+    kind = ord(get_blas_kind(a.dtype, "cholesky"))
+
+    def impl(a):
+        n = a.shape[0]
+        if n == 0:
+            return 0
+        info = fn(kind, 85, n, a.ctypes, n)  # 'U' of a.T: the lower triangle of a
+        if info == 0:
+            for r in range(n - 1):
+                a[r, r + 1:] = 0
+        return info
+
+    return impl
 
 
 # ------------------------------------------------------------------ natives
@@ -224,16 +380,10 @@ def inv_native(A, stack, prefix, suffix):
 
 @njit(**OPTS)
 def cholesky_native(A, stack, prefix, suffix):
-    """The lower Cholesky factor of each matrix of ``A``."""
-    a = view3(A, stack)
-    out = np.empty_like(a)
+    """The lower Cholesky factor of each matrix of ``A`` (LAPACK ``potrf``)."""
+    out = view3(A, stack).copy()
     for i in range(stack[0]):
-        ok = True
-        try:
-            out[i] = np.linalg.cholesky(a[i])
-        except Exception:  # noqa: BLE001
-            ok = False
-        if not ok:
+        if potrf(out[i]) != 0:
             raise LinAlgError(prefix + "Matrix is not positive definite." + suffix)
     return out.reshape(-1)
 
@@ -273,12 +423,18 @@ def solve_native(A, B, a_shape, b_matrix, a_full, b_full, a_stack, b_stack, pref
 
 
 @njit(**OPTS)
-def solve_triangular_native(A, B, upper, unit, a_shape, b_shape, a_perm, b_perm, a_mat,
-                            b_mat, a_full, b_full, a_stack, b_stack, x_shape, out_perm):
-    """``X`` with ``A @ X = B`` for a triangular ``A``; with the perms (transposing the
-    last two dims of ``a_shape``/``b_shape`` into ``a_mat``/``b_mat``) ``X @ A = B`` as
-    ``A.mT @ X.mT = B.mT``."""
-    a = view3(broadcast(permuted(A, a_shape, a_perm), a_mat, a_full), a_stack)
-    x = view3(broadcast(permuted(B, b_shape, b_perm), b_mat, b_full).copy(), b_stack)
-    trsm_batched(a, x, upper, unit)
-    return permuted(x.reshape(-1), x_shape, out_perm)
+def solve_triangular_native(A, B, upper, unit, left, a_shape, b_shape, a_full, b_full,
+                            a_stack, b_stack, prefix, suffix):
+    """``X`` with ``A @ X = B`` (``X @ A = B`` unless ``left``) for each triangular ``A``
+    (BLAS ``trsm``; ``trsv`` for one right-hand side), batches broadcast. A zero on the
+    diagonal (unless ``unit``) raises LinAlgError."""
+    a = view3(broadcast(A, a_shape, a_full), a_stack)
+    x = view3(broadcast(B, b_shape, b_full).copy(), b_stack)
+    for i in range(a_stack[0] if x.size else 0):
+        if not unit:
+            for r in range(a_stack[1]):
+                if a[i, r, r] == 0:
+                    raise LinAlgError(prefix + "Matrix is singular: diagonal entry "
+                                      + str(r) + " is zero." + suffix)
+        trsm(a[i], x[i], not upper, unit, left, False)
+    return x.reshape(-1)

@@ -2,8 +2,8 @@
 ``slogdet``, ``solve``, ``cholesky`` and ``solve_triangular``.
 
 Every op takes a stack of matrices ``(..., n, n)``; the kernels loop over the stack in
-``@njit`` code that calls LAPACK (Numba's ``np.linalg``) or substitutes by rows
-(triangular solves). Integer inputs are promoted to float64. Gradients are in
+``@njit`` code that calls LAPACK (Numba's ``np.linalg``; ``potrf``) or BLAS (``trsm``,
+triangular solves). Integer inputs are promoted to float64. Gradients are in
 ``formulas/derivatives.yaml`` (and are themselves differentiable).
 """
 
@@ -200,21 +200,11 @@ def cholesky(A: Tensor, *, upper: bool = False) -> Tensor:
 
 
 # ------------------------------------------------------------------ triangular solve
-def _mT(ndim: int) -> tuple[int, ...]:
-    return (*range(ndim - 2), ndim - 1, ndim - 2)
-
-
 def _solve_triangular_static(attrs: dict, shapes: tuple) -> NativePlan:
-    A0, B0 = A, B = tuple(shapes[0]), tuple(shapes[1])
-    left, upper = attrs["left"], bool(attrs["upper"])
-    if not left:  # X A = B  <=>  A^T X^T = B^T
-        A, B, upper = A[:-2] + A[-2:][::-1], B[:-2] + B[-2:][::-1], not upper
+    A, B = tuple(shapes[0]), tuple(shapes[1])
     batch, *plan = _broadcast_plan(A, B)
-    perms = ((), (), ()) if left else (_mT(len(A)), _mT(len(B)), _mT(len(batch) + 2))
-    x_shape = batch + B[-2:]
-    out_shape = x_shape if left else x_shape[:-2] + x_shape[-2:][::-1]
-    return NativePlan((upper, bool(attrs["unitriangular"]), A0, B0, perms[0], perms[1], A, B,
-                       *plan, x_shape, perms[2]), (out_shape,))
+    return NativePlan((bool(attrs["upper"]), bool(attrs["unitriangular"]), bool(attrs["left"]),
+                       A, B, *plan, *_where("linalg.solve_triangular", A)), (batch + B[-2:],))
 
 
 _SOLVE_TRIANGULAR = Opaque(native=blas.solve_triangular_native,
@@ -234,7 +224,7 @@ def solve_triangular(A: Tensor, B: Tensor, *, upper: bool | None = None, left: b
     triangular ``A``: only its upper (``upper=True``, or SciPy's and JAX's ``lower=False``)
     or lower triangle is read, and its diagonal is taken as ones when ``unitriangular``.
     ``B`` is a matrix ``(..., n, k)``, or a vector ``(n,)`` (as SciPy and JAX; the result
-    is then a vector too)."""
+    is then a vector too). A zero on the diagonal raises LinAlgError (as SciPy)."""
     if (upper is None) == (lower is None):
         raise TypeError("linalg.solve_triangular: give exactly one of upper= (PyTorch) and "
                         "lower= (SciPy, JAX)")

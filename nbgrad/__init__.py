@@ -49,8 +49,8 @@ from .functional import (
 )
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .jit import cond, fori_loop, scan, while_loop  # noqa: E402
-from .ops import *  # noqa: F403
 from .jit.trace.remat import checkpoint  # noqa: E402
+from .ops import *  # noqa: F403
 from .tensor import Tensor
 from .version import __version__
 

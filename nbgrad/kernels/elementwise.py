@@ -9,14 +9,51 @@ op's arithmetic is written once.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
 from .. import codegen
-from . import scalar
+from . import scalar, vecmath
 from .layout import c_contiguous
+
+#: CPU code calls these vectorisable versions (:mod:`nbgrad.kernels.vecmath`) instead of
+#: the libm functions that expressions name (CUDA keeps the expressions as written:
+#: libdevice); ``sigmoid`` and ``softplus`` are :mod:`nbgrad.kernels.scalar` helpers
+VECTOR_MATH = {"math.exp": "vexp", "math.expm1": "vexpm1", "math.log": "vlog",
+               "math.log1p": "vlog1p", "math.sin": "vsin", "math.cos": "vcos",
+               "math.tan": "vtan", "math.tanh": "vtanh", "math.atan": "vatan",
+               "math.erf": "verf", "sigmoid": "vsigmoid", "softplus": "vsoftplus"}
+#: vectorised functions exact only for ``|x| <= vecmath.TRIG_MAX``: a loop that calls
+#: them redoes larger arguments with the libm expression (see :func:`libm_expr`)
+RANGE_LIMITED = ("vsin", "vcos", "vtan")
+_VECTOR_CALL = re.compile(r"(?<![\w.])(" + "|".join(re.escape(k) for k in VECTOR_MATH)
+                          + r")\(")
+_LIBM_CALL = re.compile(r"\b(" + "|".join(VECTOR_MATH.values()) + r")\(")
+_LIBM = {v: k for k, v in VECTOR_MATH.items()}
+
+
+def vector_expr(expr: str) -> str:
+    """``expr`` with libm calls replaced by their vectorisable versions (CPU code)."""
+    return _VECTOR_CALL.sub(lambda m: VECTOR_MATH[m.group(1)] + "(", expr)
+
+
+def libm_expr(text: str) -> str:
+    """The inverse of :func:`vector_expr` on generated code: libm calls again."""
+    return _LIBM_CALL.sub(lambda m: _LIBM[m.group(1)] + "(", text)
+
+
+def scalar_cpu(op: ScalarOp) -> str:
+    """The CPU expression for loops without a fix-up pass: libm where range-limited."""
+    return op.expr if range_limited(op.cpu) else op.cpu
+
+
+def range_limited(text: str) -> bool:
+    """Whether CPU code ``text`` calls a function exact only up to ``TRIG_MAX``."""
+    return any(re.search(rf"\b{f}\(", text) for f in RANGE_LIMITED)
 
 
 @dataclass(frozen=True)
@@ -33,10 +70,17 @@ class ScalarOp:
     tape: str = "generic"
     #: ``a op b == b op a`` (tier 1 swaps a scalar first operand into second place)
     commutative: bool = False
+    #: the CPU expression where it is not ``vector_expr(expr)``
+    cpu_override: str | None = None
+
+    @cached_property
+    def cpu(self) -> str:
+        """The expression CPU code compiles: vectorisable math (:data:`VECTOR_MATH`)."""
+        return self.cpu_override or vector_expr(self.expr)
 
 
-def _u(name, expr, params=(), kind="float", tape="generic", commutative=False):
-    return ScalarOp(name, expr, tuple(params), kind, tape, commutative)
+def _u(name, expr, params=(), kind="float", tape="generic", commutative=False, cpu=None):
+    return ScalarOp(name, expr, tuple(params), kind, tape, commutative, cpu)
 
 
 UNARY: dict[str, ScalarOp] = {op.name: op for op in [
@@ -46,8 +90,9 @@ UNARY: dict[str, ScalarOp] = {op.name: op for op in [
     _u("square", "x * x", kind="same"),
     _u("exp", "math.exp(x)"),
     _u("expm1", "math.expm1(x)"),
-    _u("log", "math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)"),
-    _u("log1p", "math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)"),
+    _u("log", "math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)", cpu="vlog(x)"),
+    _u("log1p", "math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)",
+       cpu="vlog1p(x)"),
     _u("log2", "math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)"),
     _u("log10", "math.log10(x) if x > 0 else (-math.inf if x == 0 else math.nan)"),
     _u("sqrt", "math.sqrt(x) if x >= 0 else math.nan"),
@@ -103,7 +148,7 @@ BINARY: dict[str, ScalarOp] = {op.name: op for op in [
     _u("sub", "a - b", kind="same", tape="hot"),
     _u("mul", "a * b", kind="same", tape="hot", commutative=True),
     _u("div", "a / b", tape="hot"),
-    _u("pow", "a ** b"),
+    _u("pow", "a ** b", cpu="vpow(a, b)"),
     _u("maximum", "a if (a > b or a != a) else b", kind="same"),
     _u("minimum", "a if (a < b or a != a) else b", kind="same"),
     _u("atan2", "math.atan2(a, b)"),
@@ -153,12 +198,15 @@ def _scalar_import() -> str:
                    and getattr(v, "__module__", None) == scalar.__name__)
     # the digest makes a generated module's text (so its file and Numba cache) change with
     # the helpers' code, which Numba's cache of the importing module does not track
-    digest = hashlib.sha256(Path(scalar.__file__).read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(Path(scalar.__file__).read_bytes()
+                            + Path(vecmath.__file__).read_bytes()).hexdigest()[:16]
     return (f"# nbgrad.kernels.scalar {digest}\n"
-            f"from nbgrad.kernels.scalar import {', '.join(names)}")
+            f"from nbgrad.kernels.scalar import {', '.join(names)}\n"
+            f"from nbgrad.kernels.vecmath import {', '.join(sorted(vecmath.__all__))}")
 
 
 #: the import lines of generated modules: every public helper of ``nbgrad.kernels.scalar``
+#: and the vectorisable math of ``nbgrad.kernels.vecmath``
 SCALAR_IMPORT = _scalar_import()
 
 _PRELUDE = f'''import math
@@ -178,6 +226,14 @@ def unary_{name}(xs, out, p0, p1):
     for i in range(xs.size):
         x = xs[i]
         out[i] = {expr}
+'''
+
+# sin/cos/tan: the arguments beyond TRIG_MAX again through libm (a second cheap pass
+# keeps the first loop vectorisable)
+_UNARY_FIXUP = '''    for i in range(xs.size):
+        x = xs[i]
+        if abs(x) > TRIG_MAX:
+            out[i] = {expr}
 '''
 
 # modes: 0 same size, 1 b is a scalar, 2 a is a scalar, 3 general broadcast (strides)
@@ -295,9 +351,19 @@ def ternary_{name}(cv, av, bv, out, mode, shape, sc, sa, sb):
 def kernel_source() -> str:
     """The readable source of every eager elementwise kernel."""
     parts = [_PRELUDE]
-    parts += [_UNARY_TEMPLATE.format(name=op.name, expr=op.expr) for op in UNARY.values()]
-    parts += [_BINARY_TEMPLATE.format(name=op.name, expr=op.expr) for op in BINARY.values()]
-    parts += [_TERNARY_TEMPLATE.format(name=op.name, expr=op.expr) for op in TERNARY.values()]
+    for op in UNARY.values():
+        parts.append(_UNARY_TEMPLATE.format(name=op.name, expr=op.cpu))
+        if range_limited(op.cpu):
+            if not re.fullmatch(r"\w+\(x\)", op.cpu):  # the fix-up tests x itself
+                raise RuntimeError(f"elementwise op {op.name!r}: {op.cpu!r} calls a "
+                                   "range-limited function on something other than x")
+            parts.append(_UNARY_FIXUP.format(expr=op.expr))
+    for table, template in ((BINARY, _BINARY_TEMPLATE), (TERNARY, _TERNARY_TEMPLATE)):
+        for op in table.values():
+            if range_limited(op.cpu):
+                raise RuntimeError(f"elementwise op {op.name!r}: range-limited {op.cpu!r} "
+                                   "has no fix-up pass in binary or ternary kernels")
+            parts.append(template.format(name=op.name, expr=op.cpu))
     return "".join(parts)
 
 

@@ -238,7 +238,7 @@ class _KernelWriter:
             accs = fusion.operand_accesses(node)
             args = [self.operand(a) for a in accs]
             dts = [a.var.dtype for a in accs]
-            expr = _rename_numpy(scalar_expr(node, args, dts), node.op)
+            expr = _rename_numpy(scalar_expr(node, args, dts, cpu=False), node.op)
             local = f"t{self.numbers.get(id(node.outputs[0]), len(self.inside))}"
             self.lines.append(f"{local} = {expr}  # {self.comment(node)}")
             self.inside[id(node.outputs[0])] = local

@@ -28,7 +28,7 @@ import threading
 
 from ... import codegen
 from ...kernels import elementwise as _ew
-from ...kernels.elementwise import BINARY, CASTS, TERNARY, UNARY, ScalarOp
+from ...kernels.elementwise import BINARY, CASTS, TERNARY, UNARY, ScalarOp, scalar_cpu
 
 WIDTH = 16
 (F_OP, F_O, F_A, F_B, F_C, F_SO, F_SA, F_SB, F_SC, F_N, F_M, F_K, F_P, F_F, F_G,
@@ -342,11 +342,11 @@ _RUN_BODY = '''        elif op == {UGEN}:
 def source() -> str:
     """The interpreter module's source (deterministic: its hash names the cache file)."""
     parts = [_HEADER]
-    ucases = [(UNARY_SUB[n], op.expr, op.kind) for n, op in GENERIC_UNARY.items()]
+    ucases = [(UNARY_SUB[n], scalar_cpu(op), op.kind) for n, op in GENERIC_UNARY.items()]
     parts.append(_scalar_fn("uscalar", "x, p0, p1", ucases, "x"))
-    parts.append(_scalar_fn("bscalar", "a, b", [(BINARY_SUB[n], op.expr, op.kind)
+    parts.append(_scalar_fn("bscalar", "a, b", [(BINARY_SUB[n], scalar_cpu(op), op.kind)
                                                  for n, op in GENERIC_BINARY.items()], "a"))
-    parts.append(_scalar_fn("tscalar", "c, a, b", [(TERNARY_SUB[n], op.expr, op.kind)
+    parts.append(_scalar_fn("tscalar", "c, a, b", [(TERNARY_SUB[n], scalar_cpu(op), op.kind)
                                                     for n, op in GENERIC_TERNARY.items()],
                             "a"))
     consts = dict(LOOP=OP_LOOP, ENDLOOP=OP_ENDLOOP, SETITER=OP_SETITER, FILL=OP_FILL,
@@ -356,14 +356,14 @@ def source() -> str:
     parts.append(_RUN_HEAD.format(**consts))
     first = True
     for name in HOT_UNARY:
-        text = _UNARY_HOT.format(code=UNARY_CODE[name], name=name, expr=UNARY[name].expr)
+        text = _UNARY_HOT.format(code=UNARY_CODE[name], name=name, expr=scalar_cpu(UNARY[name]))
         if first:
             text = text.replace("        elif", "        if", 1)
             first = False
         parts.append(text)
     for name in HOT_BINARY:
         parts.append(_BINARY_HOT.format(code=BINARY_CODE[name], name=name,
-                                        expr=BINARY[name].expr))
+                                        expr=scalar_cpu(BINARY[name])))
     parts.append(_RUN_BODY.format(**consts))
     return "".join(parts)
 

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ...kernels import elementwise as ew
 from ...ops.traits import IndexScatter, Join, Kind, Matmul, Move, Opaque, Permute, View
 from ..trace.ir import CUSTOM_KINDS, LOOP, Graph, LoopInfo, Node, Var
 from . import fusion
@@ -51,6 +52,9 @@ from .store import (
     scalar_expr,
     uniform_value,
 )
+
+#: ends the lines that count range-limited arguments (left out of the libm redo)
+_FLAG = "  # range check"
 
 __all__ = ["MAX_GROUPS", "FunctionEmitter", "Pool", "Scope", "Store", "Tier2Unsupported"]
 
@@ -267,6 +271,9 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
         depth_of: dict[int, int] = {}     # id(var) -> loop depth where it is known
         loads: dict[str, tuple[str, int]] = {}  # element expression -> (local, depth)
         code: list[list[str]] = [[] for _ in range(nd + 1)]
+        pre: list[list[str]] = [[] for _ in range(nd + 1)]
+        post: list[list[str]] = [[] for _ in range(nd + 1)]
+        big = None  # the counter of sin/cos/tan arguments beyond TRIG_MAX, if any
         identity_reads: set[int] = set()
         other_reads: set[int] = set()
         self.regions += 1
@@ -313,13 +320,19 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
             if nd == 0:
                 self.define_scalar(out, scope)
             code[depth].append(f"{local} = {expr}  # {self.comment_node(node)}")
+            if ew.range_limited(expr):  # count arguments beyond TRIG_MAX (redone below)
+                if len(args) != 1:
+                    raise Tier2Unsupported(f"{node.op}: a range-limited function of "
+                                           f"{len(args)} operands has no fix-up")
+                if big is None:
+                    big = self.fresh_name("big")
+                    code[0].insert(0, f"{big} = 0")
+                code[depth].append(f"{big} += abs({args[0]}) > TRIG_MAX{_FLAG}")
             inside[id(out)] = local
             depth_of[id(out)] = depth
         for red in grp.reductions:
             if id(red.src) not in inside:
                 inside[id(red.src)] = operand(Access(red.src, tuple(range(nd))))[0]
-        pre: list[list[str]] = [[] for _ in range(nd + 1)]
-        post: list[list[str]] = [[] for _ in range(nd + 1)]
         held: list[tuple[str, Var]] = []  # accumulators in use until the nest is written
         for red in grp.reductions:
             held += self.emit_reduction(red, grp, scope, inside, code, pre, post)
@@ -330,7 +343,8 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
         stores = [v for v in grp.stores if nd > 0]
         for var in grp.reads():
             vid = id(var)
-            if vid not in identity_reads or vid in other_reads or last.get(vid) != gi:
+            if vid not in identity_reads or vid in other_reads or last.get(vid) != gi or \
+                    big is not None:  # a redo reads the inputs again
                 continue
             s = scope.stores[vid]
             if s.slot is not None and scope.pool.owns(s.slot) and s.layout == "C" and \
@@ -347,17 +361,28 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
             ", ".join(n.op for n in grp.nodes) + \
             ("" if not grp.reductions else " -> " + ", ".join(r.node.op for r in grp.reductions))
         self.line(f"# {title}")
-        for d in range(nd):
-            for text in code[d] + pre[d]:
-                self.line(text, d)
-            self.line(f"for i{d} in range({shape[d]}):", d)
-        for text in code[nd] + pre[nd]:
-            self.line(text, nd)
-        for d in range(nd - 1, -1, -1):
-            for text in post[d]:
-                self.line(text, d)
+        self.write_nest(shape, code, pre, post)
+        if big is not None:
+            # sin/cos/tan of arguments beyond TRIG_MAX: the whole nest again with libm
+            self.line(f"if {big}:")
+            self.write_nest(shape, *([[ew.libm_expr(t) for t in lines if not t.endswith(_FLAG)]
+                                      for lines in part] for part in (code, pre, post)),
+                            extra=1)
         for slot, tmp in held:  # only now: another value of this region must not share one
             scope.pool.release(slot, tmp)
+
+    def write_nest(self, shape, code, pre, post, extra: int = 0) -> None:
+        """The loop nest of a region from its per-depth lines."""
+        nd = len(shape)
+        for d in range(nd):
+            for text in code[d] + pre[d]:
+                self.line(text, d + extra)
+            self.line(f"for i{d} in range({shape[d]}):", d + extra)
+        for text in code[nd] + pre[nd]:
+            self.line(text, nd + extra)
+        for d in range(nd - 1, -1, -1):
+            for text in post[d]:
+                self.line(text, d + extra)
 
     def emit_reduction(self, red: Reduction, grp: Group, scope: Scope, inside: dict,
                        code: list[list[str]], pre: list[list[str]],
@@ -393,7 +418,9 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
             p = min(red.reduced)
             acc = self.fresh_name(f"acc{self.num(out)}")
             pre[p].append(f"{acc} = {literal(0, acc_dt)}  # {comment}")
-            code[nd].append(f"{acc} += {val}")
+            # float sums through radd (reassociable): the loop vectorises
+            code[nd].append(f"{acc} = radd({acc}, float({val}))" if acc_dt.kind == "f"
+                            else f"{acc} += {val}")
             if out.shape == ():
                 s = self.define_scalar(out, scope)
                 post[p].append(f"{s.name} = {finish(acc)}")

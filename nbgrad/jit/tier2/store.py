@@ -110,8 +110,9 @@ def cast(expr: str, src: np.dtype, dst: np.dtype) -> str:
     return f"{np_type(dst)}({expr})"
 
 
-def scalar_expr(node: Node, args: list[str], arg_dtypes: list[np.dtype]) -> str:
-    """The scalar expression of elementwise ``node`` over operand expressions ``args``."""
+def scalar_expr(node: Node, args: list[str], arg_dtypes: list[np.dtype], cpu: bool = True) -> str:
+    """The scalar expression of elementwise ``node`` over operand expressions ``args``;
+    ``cpu``: with the vectorisable math (``ScalarOp.cpu``), else as written (CUDA)."""
     out = node.outputs[0].dtype
     kind = kind_of(node)
     if isinstance(kind, Fill):
@@ -125,7 +126,7 @@ def scalar_expr(node: Node, args: list[str], arg_dtypes: list[np.dtype]) -> str:
         names = {"a": args[0], "b": args[1]}
     else:  # a cast, broadcast, copy or basic index: the operand, converted
         return cast(args[0], arg_dtypes[0], out)
-    text = _subst(spec.expr, names)
+    text = _subst(spec.cpu if cpu else spec.expr, names)
     if spec.kind == "bool":
         return text
     if spec.kind == "same":  # a boolean operand (``where``'s condition) is no value

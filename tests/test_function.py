@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 
@@ -184,3 +187,21 @@ def test_gradcheck_failure_shows_the_differing_jacobian_entries():
     assert "analytic" in text and "numeric" in text
     assert "12" in text and "6" in text  # worst entry: analytic 12 vs numeric 6 at x=3
     assert not gradcheck(OffByTwo.apply, (x,), raise_exception=False)
+
+
+def test_backward_frees_the_function_graph_without_the_cycle_collector():
+    """After a backward the ctx and node go by reference counting (no ctx <-> node cycle
+    left for the cyclic collector), and a second backward still raises."""
+    x = nb.tensor([1.0, 2.0], requires_grad=True)
+    gc.disable()
+    try:
+        y = Cube.apply(x, 2.0)
+        ctx = weakref.ref(y.grad_fn.ctx)
+        loss = y.sum()
+        loss.backward()
+        with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+            loss.backward()
+        del y, loss
+        assert ctx() is None
+    finally:
+        gc.enable()

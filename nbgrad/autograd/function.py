@@ -13,6 +13,10 @@ from ..tensor import STATE_TRACE, Tensor
 from . import forward
 from .node import RETAIN_GRAPH_MESSAGE, Node, SavedOutput, SavedTensor, gradient_edge
 
+_FLOAT64 = np.dtype(np.float64)
+#: ``ctx._node`` once the node released its saved tensors (not None: reading them raises)
+_RELEASED = object()
+
 
 class FunctionCtx:
     """The ``ctx`` object passed to ``forward`` and ``backward``."""
@@ -20,7 +24,7 @@ class FunctionCtx:
     def __init__(self) -> None:
         self.to_save: tuple = ()
         self._saved: list | None = None
-        self._node: Node | None = None
+        self._node: Node | object | None = None
         self.needs_input_grad: tuple[bool, ...] = ()
         self.non_differentiable: set[int] = set()
         self.dirty_tensors: set[int] = set()
@@ -65,7 +69,11 @@ class BackwardFunction(Node):
         return f"{self.fn_cls.__name__}Backward"
 
     def release(self) -> None:
-        self.ctx._saved = None
+        ctx = self.ctx
+        ctx._saved = None
+        # break the ctx <-> node cycle so that reference counting frees the graph at once
+        # (the cyclic collector would otherwise); saved_tensors still raises
+        ctx._node = _RELEASED
 
     def apply(self, grads: list, create_graph: bool) -> list:
         ctx = self.ctx
@@ -153,34 +161,53 @@ def apply_function(cls: type, args: tuple, kwargs: dict, ctx: FunctionCtx | None
     ``ctx`` (a fresh :class:`FunctionCtx`) and ``node_cls`` (a subclass of
     :class:`BackwardFunction`) let ``nbgrad.jit`` keep the context and pick the node.
     """
-    ctx = FunctionCtx() if ctx is None else ctx
-    tensor_args = [a for a in args if isinstance(a, Tensor)]
-    ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
-    with no_grad(), forward.suspended():  # the Function is one op to forward mode too
+    if ctx is None:
+        ctx = FunctionCtx()
+    tensor_args = []
+    needs_input_grad = []
+    for a in args:
+        if isinstance(a, Tensor):
+            tensor_args.append(a)
+            needs_input_grad.append(a._requires_grad)
+        else:
+            needs_input_grad.append(False)
+    ctx.needs_input_grad = needs = tuple(needs_input_grad)
+    # no_grad() and forward.suspended(), inlined: the Function is one op to forward mode too
+    fstate = forward.STATE
+    levels = fstate.active
+    grad_enabled = STATE.grad_enabled
+    STATE.grad_enabled = False
+    fstate.active = ()
+    try:
         raw = cls.forward(ctx, *args, **kwargs)
+    finally:
+        STATE.grad_enabled = grad_enabled
+        fstate.active = levels
     is_tuple = isinstance(raw, tuple)
     outputs = list(raw) if is_tuple else [raw]
-    needs = STATE.grad_enabled and any(ctx.needs_input_grad)
     node = None
-    if needs:
+    if grad_enabled and any(needs):
         node = (node_cls or BackwardFunction)(cls, ctx,
                                               [gradient_edge(t) for t in tensor_args])
         node.arg_is_tensor = tuple(isinstance(a, Tensor) for a in args)
-        node.input_meta = [(t.shape, t.dtype) for t in tensor_args]
+        node.input_meta = [(t._data.shape, t._data.dtype) for t in tensor_args]
         ctx._node = node
     input_ids = {id(t) for t in tensor_args}
+    dirty = ctx.dirty_tensors
+    non_differentiable = ctx.non_differentiable
     meta = []
     for k, out in enumerate(outputs):
         if not isinstance(out, Tensor):
-            meta.append(((), np.dtype(np.float64)))
+            meta.append(((), _FLOAT64))
             continue
-        if id(out) in input_ids and id(out) not in ctx.dirty_tensors:
+        if id(out) in input_ids and id(out) not in dirty:
             out = Tensor._make(out._data, device=out._device, version_box=out._version_box,
                                base=out)  # an input returned as is: a new alias
             outputs[k] = out
-        meta.append((out.shape, out.dtype))
-        if node is not None and id(out) not in ctx.non_differentiable \
-                and out.dtype.kind == "f":
+        data = out._data
+        meta.append((data.shape, data.dtype))
+        if node is not None and id(out) not in non_differentiable \
+                and data.dtype.kind == "f":
             out.grad_fn = node
             out._output_nr = k
             out._requires_grad = True
@@ -191,7 +218,7 @@ def apply_function(cls: type, args: tuple, kwargs: dict, ctx: FunctionCtx | None
                       (SavedOutput(t, "saved_tensors") if id(t) in output_ids
                        else SavedTensor(t, "saved_tensors")) for t in ctx.to_save]
         ctx.to_save = ()
-    if forward.STATE.active and forward.has_tangent(args):
+    if levels and forward.has_tangent(args):
         forward.push_function_tangents(
             cls, ctx, args, kwargs, outputs,
             lambda again: apply_function(cls, again, kwargs))

@@ -13,7 +13,7 @@ from ...ops.registry import REGISTRY
 from ..executable import Executable
 from ..trace.ir import CUSTOM_KINDS, LOOP, Graph, LoopInfo, format_graph, node_args, type_str
 from ..trace.loops import execute_loop_eager
-from ..trace.pythonop import run_node
+from ..trace.pythonop import RunPlan, run_node, run_plan
 from . import interpreter as I
 from .operands import EagerStep, Instr, Loc
 from .storage import _assign
@@ -56,7 +56,7 @@ class TapeExecutable(Executable):
             if isinstance(item, EagerStep):
                 if len(rows) > seg_start:
                     steps.append(("native", seg_start, len(rows)))
-                steps.append(("eager", item))
+                steps.append(("eager", item, run_plan(item.node)))
                 seg_start = len(rows)
                 continue
             row = np.zeros(I.WIDTH, np.int64)
@@ -114,7 +114,7 @@ class TapeExecutable(Executable):
             if step[0] == "native":
                 run(self.ins, step[1], step[2], buf, self.fp, self.ia)
             else:
-                self._eager(step[1], buf, side)
+                self._eager(step[1], buf, side, step[2])
         outs = []
         for loc, v in zip(self.out_locs, self.graph.outputs, strict=True):
             if isinstance(loc, Loc):
@@ -124,7 +124,8 @@ class TapeExecutable(Executable):
                 outs.append(np.array(side[id(v)], copy=True))
         return outs
 
-    def _eager(self, step: EagerStep, buf: np.ndarray, side: dict) -> None:
+    def _eager(self, step: EagerStep, buf: np.ndarray, side: dict,
+               plan: RunPlan | None) -> None:
         node = step.node
         vals = []
         for v, loc in zip(node.inputs, step.ins, strict=True):
@@ -139,7 +140,7 @@ class TapeExecutable(Executable):
         if node.op == LOOP:
             outs = execute_loop_eager(LoopInfo.of(node), vals)
         elif node.op in CUSTOM_KINDS:  # custom Functions: Python code (pythonop.run_node)
-            outs = run_node(node, vals)
+            outs = run_node(node, vals, plan)
         else:
             op = REGISTRY[node.op]
             out = op.kernel_for("cpu")(*node_args(node, vals))

@@ -673,6 +673,10 @@ def _build_plan(info: LoopInfo, rg: tuple[bool, ...], example: list[np.ndarray])
         acc = j_inv[i - nc - nx].like()
         b_inputs.append(acc)
         recipe.append(("zeros", len(b_inputs) - 1))
+        others = [g for j, g in grad_of.items() if j != i]
+        if _accumulate_into(tnodes, jg.consts, grad_of[i], acc, b_outputs + others):
+            b_outputs.append(grad_of[i])
+            continue
         new = acc.like()
         adds.append(Node("add", [acc, grad_of[i]], [new], {}))
         b_outputs.append(new)
@@ -726,6 +730,34 @@ def _build_plan(info: LoopInfo, rg: tuple[bool, ...], example: list[np.ndarray])
     f_rg = tuple(out_rg) + tuple(v.dtype.kind == "f" for v in stacked)
     return LoopPlan(tuple(rg), n_orig, fwd_info, f_rg, bwd_info, recipe, grad_map,
                     step_reach)
+
+
+def _accumulate_into(nodes: list[Node], consts: dict, grad: Var, acc: Var,
+                     outputs: list[Var]) -> bool:
+    """When a step's gradient ``grad`` of an invariant is the final accumulator of an
+    inner loop's gradient (a carry that starts at a zeros constant and only has terms
+    added), start that carry at the outer accumulator ``acc`` instead (replacing the
+    node in ``nodes``), so that no zeros and no outer add of the parameter's size are
+    needed per step. Returns whether it did."""
+    loop = next((n for n in nodes if n.op == LOOP and any(o is grad for o in n.outputs)),
+                None)
+    if loop is None:
+        return False
+    info = LoopInfo.of(loop)
+    k = next(j for j, o in enumerate(loop.outputs) if o is grad)
+    if k >= info.n_carry or loop.inputs[k] not in consts or consts[loop.inputs[k]].any():
+        return False
+    uses = sum(v is grad for n in nodes for v in n.inputs) + sum(v is grad for v in outputs)
+    carry = info.body_inputs()[1][k]
+    readers = [n for n in info.body.nodes if any(v is carry for v in n.inputs)]
+    if uses or len(readers) != 1 or readers[0].op != "add" or \
+            readers[0].outputs[0] is not info.body.outputs[k] or \
+            any(v is carry for v in info.body.outputs):
+        return False
+    inputs = list(loop.inputs)
+    inputs[k] = acc
+    nodes[nodes.index(loop)] = Node(LOOP, inputs, list(loop.outputs), loop.attrs)
+    return True
 
 
 def _step_reach(joint, off: int, n_out: int) -> tuple[frozenset[int], ...]:

@@ -576,13 +576,15 @@ def mark_once(x: Tensor, name: str) -> Tensor:
 
 
 # ------------------------------------------------------------------ run (arrays)
-def run_node(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+def run_node(node: Node, arrays: Sequence[np.ndarray | None],
+             plan: RunPlan | None = None) -> list[np.ndarray]:
     """Run one node of these kinds on arrays, as the tier-1 interpreter's eager step and
-    tier 2's call back into Python do (fresh output arrays)."""
+    tier 2's call back into Python do (fresh output arrays). ``plan``: ``node``'s
+    :func:`run_plan`, made once by a caller that runs the node many times."""
     if node.op == PYTHON_OP:
-        return _run_forward(node, arrays)
+        return _run_forward(plan or RunPlan(node), arrays)
     if node.op == PYTHON_OP_GRAD:
-        return _run_backward(node, arrays)
+        return _run_backward(plan or RunPlan(node), arrays)
     if node.op in MARKERS:
         return [np.array(arrays[0], copy=True)]
     tensors = [None if a is None else Tensor._make(np.array(a, dtype=v.dtype, copy=True)
@@ -598,60 +600,107 @@ def run_node(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray
     return [np.array(t._data, copy=True) for t in outs]
 
 
-def _as_tensor(arr, v: Var | None) -> Tensor | None:
-    if arr is None or v is None:
-        return None
-    return Tensor._make(np.array(arr, dtype=v.dtype, copy=True).reshape(v.shape))
+class RunPlan:
+    """What running a PythonOp or PythonOpGrad node on arrays needs that does not change
+    from call to call (read from the node once)."""
+
+    __slots__ = ("node", "cls", "name", "in_specs", "args", "tensor_pos", "kwargs",
+                 "needs_input_grad", "expect", "checker", "n", "zero_specs", "out_specs")
+
+    def __init__(self, node: Node) -> None:
+        a = node.attrs
+        self.node = node
+        self.cls = a["#fn"].fn
+        self.name = a["name"]
+        self.in_specs = [None if v is None else (v.shape, v.dtype) for v in node.inputs]
+        if node.op == PYTHON_OP:
+            args, self.kwargs = rebuild_args(a, [None] * len(node.inputs))
+            self.args = list(args)
+            self.tensor_pos = [i for i, c in enumerate(a["input_convention"]) if c == "d"]
+            self.needs_input_grad = _needs_input_grad(a)
+            self.expect = node.outputs[1:]
+        else:
+            self.n = n = len(a["input_tensor_types"])
+            self.zero_specs = [(v.shape, v.dtype) for v in node.inputs[1 + n:1 + 2 * n]]
+            self.checker = _checker(node, None)
+            it = iter(node.outputs)
+            self.out_specs = [(next(it), k) for k, r in
+                              enumerate(a["output_tensor_requires_grads"]) if r]
 
 
-def _run_forward(node: Node, arrays: Sequence) -> list[np.ndarray]:
-    a = node.attrs
-    cls = a["#fn"].fn
-    tensors = [_as_tensor(x, v) for x, v in zip(arrays, node.inputs, strict=True)]
-    args, kwargs = rebuild_args(a, tensors)
+def run_plan(node: Node) -> RunPlan | None:
+    """The :class:`RunPlan` of a PythonOp or PythonOpGrad node (None for other kinds)."""
+    return RunPlan(node) if node.op in (PYTHON_OP, PYTHON_OP_GRAD) else None
+
+
+def _tensor_of(arr, spec: tuple) -> Tensor:
+    """A private copy of ``arr`` (user code may keep or modify it) as a tensor."""
+    return Tensor._make(np.array(arr, dtype=spec[1], copy=True).reshape(spec[0]))
+
+
+def _run_forward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
+    cls = plan.cls
+    args = plan.args.copy()
+    for pos, x, spec in zip(plan.tensor_pos, arrays, plan.in_specs, strict=True):
+        args[pos] = None if x is None else _tensor_of(x, spec)
     ctx = FunctionCtx()
-    ctx.needs_input_grad = _needs_input_grad(a)
-    raw = user_call(cls, "forward", cls.forward, ctx, *args, **kwargs)
+    ctx.needs_input_grad = plan.needs_input_grad
+    raw = user_call(cls, "forward", cls.forward, ctx, *args, **plan.kwargs)
     outs = output_list(cls, raw)
-    _check_outputs(cls, outs, node.outputs[1:])
-    h = HANDLES.register(ctx, a["name"])
+    _check_outputs(cls, outs, plan.expect)
+    h = HANDLES.register(ctx, plan.name)
     harr = np.asarray(h, np.int64)
     own(h, harr)
     return [harr] + [np.array(o._data, copy=True) for o in outs]
 
 
-def _run_backward(node: Node, arrays: Sequence) -> list[np.ndarray]:
-    a = node.attrs
-    cls = a["#fn"].fn
-    ctx = HANDLES.get(int(np.asarray(arrays[0]).reshape(())), a["name"])
-    values = [None] + [_as_tensor(x, v) for x, v in zip(arrays[1:], node.inputs[1:],
-                                                        strict=True)]
-    grads, _ = _grad_inputs(node, values, ctx)
-    result = user_call(cls, "backward", cls.backward, ctx, *grads)
-    checked = user_call(cls, "backward", _checker(node, ctx).check_gradients, result)
+def _run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
+    cls = plan.cls
+    if len(arrays) != len(plan.in_specs):
+        raise ValueError(f"PythonOpGrad of {plan.name}: {len(arrays)} inputs, the node has "
+                         f"{len(plan.in_specs)}")
+    ctx = HANDLES.get(int(np.asarray(arrays[0]).reshape(())), plan.name)
+    n = plan.n
+    grads = []
+    for x, spec, zero in zip(arrays[1:1 + n], plan.in_specs[1:1 + n], plan.zero_specs,
+                             strict=True):
+        if x is not None and spec is not None:
+            grads.append(_tensor_of(x, spec))
+        elif ctx.materialize_grads:
+            grads.append(Tensor._make(np.zeros(*zero)))
+        else:
+            grads.append(None)
+    checked = user_call(cls, "backward", _checked_backward, plan.checker, ctx, grads)
     outs = []
-    it = iter(node.outputs)
-    for k, r in enumerate(a["output_tensor_requires_grads"]):
-        if r:
-            v = next(it)
-            g = checked[k]
-            outs.append(np.zeros(v.shape, v.dtype) if g is None else
-                        np.array(g._data, dtype=v.dtype, copy=True).reshape(v.shape))
+    for v, k in plan.out_specs:
+        g = checked[k]
+        outs.append(np.zeros(v.shape, v.dtype) if g is None else
+                    np.array(g._data, dtype=v.dtype, copy=True).reshape(v.shape))
     return outs
+
+
+def _checked_backward(checker: BackwardFunction, ctx: FunctionCtx, grads: list) -> list:
+    """The user's ``backward``, its result checked as eager mode does."""
+    return checker.check_gradients(checker.fn_cls.backward(ctx, *grads))
 
 
 def fallback_callable(node: Node) -> Callable:
     """What tier 2's generated code calls back (through ``objmode``) to run ``node``:
     arrays of the present inputs in, a tuple of output arrays (0-d as 1 element) out."""
     specs = [None if v is None else (v.shape, v.dtype) for v in node.inputs]
-    outs = [(v.shape, v.dtype) for v in node.outputs]
+    outs = [(v.shape if v.shape else (1,), v.dtype) for v in node.outputs]
+    plan = run_plan(node)
 
     def call(*args):
         it = iter(args)
-        values = [None if s is None else np.asarray(next(it), dtype=s[1]).reshape(s[0])
-                  for s in specs]
-        results = run_node(node, values)
-        return tuple(np.array(r, dtype=dt, order="C", copy=True).reshape(s if s else (1,))
+        if plan is None:
+            values = [None if s is None else np.asarray(next(it), dtype=s[1]).reshape(s[0])
+                      for s in specs]
+        else:  # the plan's runners convert (and copy) what they use
+            values = [None if s is None else next(it) for s in specs]
+        results = run_node(node, values, plan)
+        # run_node returns fresh arrays: copy only to fix a dtype or layout
+        return tuple(np.asarray(r, dtype=dt, order="C").reshape(s)
                      for r, (s, dt) in zip(results, outs, strict=True))
 
     call.__name__ = f"callback_{node.op}"

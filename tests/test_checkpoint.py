@@ -209,6 +209,9 @@ def test_fori_loop_checkpoint_under_jit(mode):
     assert stacks and all("f64[48,6]" not in line for line in stacks), text
     assert any("f64[6,6]" in line and "count=6" in line for line in text.splitlines())
     assert "f64[6,7," not in text, text  # no per-step stacks of each segment kept
+    # the segments' W gradients accumulate straight into the outer accumulator: one
+    # zeros constant of W's size (the outer loop's), none per nesting level
+    assert text.count("f64[6,6] = const") == 1, text
 
 
 @pytest.mark.parametrize("reverse", [False, True])

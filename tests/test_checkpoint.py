@@ -278,3 +278,22 @@ def test_checkpointed_segments_run_natively_while_traced(monkeypatch):
     for ck in (True, "log"):
         nb.jit(nb.grad(lambda x0, ck=ck: nb.fori_loop(
             0, 40, lambda i, x: nb.sin(x), x0, checkpoint=ck).sum()), mode="interpret")(x0)
+
+
+def test_loops_run_while_tracing_do_not_keep_their_pools(monkeypatch):
+    """Tracing runs each loop once through a tier-1 tape; keeping each tape's pool (of
+    the size of everything the loop touches, parameters included) tripled the memory of
+    a checkpointed gradient at large sizes. They get a fresh pool per run."""
+    from nbgrad.jit import program
+    made = []
+
+    def spy(info, arrays, real=program.loop_executable):
+        exe = real(info, arrays)
+        made.append(exe)
+        return exe
+
+    monkeypatch.setattr(program, "loop_executable", spy)
+    x0 = _t((3,), 26, requires_grad=False)
+    nb.jit(nb.grad(lambda x0: nb.fori_loop(0, 20, lambda i, x: nb.sin(x), x0,
+                                           checkpoint=True).sum()), mode="interpret")(x0)
+    assert made and all(exe is not None and exe._pool is None for exe in made)

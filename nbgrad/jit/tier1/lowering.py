@@ -480,5 +480,7 @@ def loop_executable(info: LoopInfo, arrays: Sequence[np.ndarray]) -> TapeExecuta
     exe = build_tape(g)
     if any(s[0] == "eager" for s in exe.steps):
         exe = None
+    else:  # run while graphs are traced: its pool is not kept between runs
+        exe.keep_pool = False
     cache[key] = exe
     return exe

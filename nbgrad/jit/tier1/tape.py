@@ -41,7 +41,10 @@ class TapeExecutable(Executable):
         self.template = np.zeros(self.size, self.dtype)
         for st, arr in lw.consts:
             self.template[st.offset:st.offset + arr.size] = arr  # storages hold >= 1
-        self._pool = self.template.copy()
+        #: reuse one pool across calls (False: a fresh pool per call, freed after it; for
+        #: loops run once while a graph is traced, so large pools do not stay resident)
+        self.keep_pool = True
+        self._pool: np.ndarray | None = None
         self._lock = threading.Lock()
         self.native_calls = sum(1 for s in self.steps if s[0] == "native")
 
@@ -94,8 +97,10 @@ class TapeExecutable(Executable):
 
     # -------------------------------------------------------------- running
     def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        if self._lock.acquire(blocking=False):
+        if self.keep_pool and self._lock.acquire(blocking=False):
             try:
+                if self._pool is None:
+                    self._pool = self.template.copy()
                 return self._run(self._pool, arrays)
             finally:
                 self._lock.release()

@@ -139,16 +139,16 @@ def checkpoint(f: Callable) -> Callable:
     ``jax.checkpoint``, PyTorch's ``torch.utils.checkpoint``).
 
     Arguments are tensors or pytrees of them (other leaves pass through); keyword
-    arguments are passed as they are. Inside ``nbgrad.jit`` it raises
-    ``NotImplementedError`` (the compiled backward does not recompute yet).
+    arguments are passed as they are. This is the eager half of ``nbgrad.checkpoint``
+    (:mod:`nbgrad.jit.trace.remat`), which also compiles inside ``nbgrad.jit``; called
+    directly while tracing, it raises.
     """
 
     @functools.wraps(f)
     def checkpointed(*args, **kwargs):
         if STATE_TRACE.tracer is not None:
-            raise NotImplementedError("checkpoint: not supported inside nbgrad.jit yet (the "
-                                      "compiled backward keeps what it needs); call it "
-                                      "outside nbgrad.jit")
+            raise TracerError("nbgrad.recompute.checkpoint is the eager half of "
+                              "nbgrad.checkpoint; inside nbgrad.jit use nbgrad.checkpoint")
         if not STATE.grad_enabled:
             return f(*args, **kwargs)
         leaves, spec = pytree.flatten(args)

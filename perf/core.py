@@ -215,3 +215,32 @@ def selected(impl: Impl, selection: list[str] | None) -> bool:
     if not impl.default:
         return False
     return selection is None or impl.framework in selection
+
+
+# ------------------------------------------------------------------ timing (standalone scripts)
+def block_seconds(fn: Callable[[], Any], min_seconds: float = 0.05) -> float:
+    """Seconds per call over a block of calls lasting at least ``min_seconds``."""
+    import time
+
+    calls, start = 0, time.perf_counter()
+    while True:
+        fn()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_seconds:
+            return elapsed / calls
+
+
+def interleaved(rows: dict[str, Callable[[], Any]], rounds: int,
+                min_seconds: float = 0.05) -> dict[str, list[float]]:
+    """Per row, seconds per call of one block in each of ``rounds`` rounds; in each round
+    the rows take turns in a shuffled order (so load drifts reach every row alike)."""
+    import random
+
+    times: dict[str, list[float]] = {name: [] for name in rows}
+    order = list(rows)
+    for _ in range(rounds):
+        random.shuffle(order)
+        for name in order:
+            times[name].append(block_seconds(rows[name], min_seconds))
+    return times

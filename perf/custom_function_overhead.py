@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import statistics
 from collections.abc import Callable
 
@@ -28,7 +27,7 @@ for _var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
 
 import numpy as np  # noqa: E402
 
-from .new_ops import _block  # noqa: E402
+from .core import interleaved  # noqa: E402
 
 N = 100
 X = np.random.default_rng(0).standard_normal(N)
@@ -134,12 +133,7 @@ def main(argv=None) -> int:
             got = fn()
         if not np.allclose(got, 2 * X, rtol=1e-12, atol=0):
             raise SystemExit(f"{name}: wrong gradient")
-    times: dict[str, list[float]] = {name: [] for name in rows}
-    order = list(rows)
-    for _ in range(args.rounds):
-        random.shuffle(order)
-        for name in order:
-            times[name].append(_block(rows[name]))
+    times = interleaved(rows, args.rounds)
     med = {name: statistics.median(t) for name, t in times.items()}
     print(f"{'row (forward + sum().backward(), 100 float64)':48s} {'median us':>10s}")
     for name in rows:

@@ -16,13 +16,12 @@ Every row is checked against the first before timing. Compare numbers from one r
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 from collections.abc import Callable
 
 import numpy as np
 
-from .new_ops import _block
+from .core import interleaved
 
 RNG = np.random.default_rng(0)
 WIDTH, BATCH = 128, 64
@@ -124,12 +123,7 @@ def main(argv=None) -> int:
                                                                           strict=True))
         if not ok:
             raise SystemExit(f"{name} disagrees with nbgrad's forward mode")
-    times: dict[str, list[float]] = {name: [] for name in rows}
-    order = list(rows)
-    for _ in range(args.rounds):
-        random.shuffle(order)
-        for name in order:
-            times[name].append(_block(rows[name]))
+    times = interleaved(rows, args.rounds)
     base = {"jvp": statistics.median(times["nbgrad jvp"]),
             "hvp": statistics.median(times["nbgrad hvp"])}
     print(f"{'row':44s} {'median ms':>10s} {'/ nbgrad eager':>15s}")

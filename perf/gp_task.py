@@ -36,12 +36,13 @@ os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
 import argparse  # noqa: E402
 import functools  # noqa: E402
 import math  # noqa: E402
-import random  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
+
+from .core import interleaved  # noqa: E402
 
 THETA = np.array([math.log(0.7), math.log(1.3), math.log(0.05)])  # log l, log s2, log noise
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -150,17 +151,6 @@ def jax_rows(d2: np.ndarray, y: np.ndarray) -> dict[str, Callable]:
     return {"jax.jit": run}
 
 
-def _block(fn: Callable, min_seconds: float = 0.05) -> float:
-    """Seconds per call over a block of calls lasting at least ``min_seconds``."""
-    calls, start = 0, time.perf_counter()
-    while True:
-        fn()
-        calls += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_seconds:
-            return elapsed / calls
-
-
 def _check(name: str, got, d2: np.ndarray, y: np.ndarray) -> None:
     value, grad = got
     want = reference(THETA, d2, y)
@@ -187,12 +177,7 @@ def micro(n: int, rounds: int) -> None:
     if not np.allclose(rows["nbgrad solve_triangular"]().numpy(),
                        rows["scipy solve_triangular"](), rtol=1e-10, atol=1e-10):
         raise SystemExit("nbgrad's solve_triangular disagrees with SciPy's")
-    times: dict[str, list[float]] = {k: [] for k in rows}
-    order = list(rows)
-    for _ in range(rounds):
-        random.shuffle(order)
-        for k in order:
-            times[k].append(_block(rows[k], 0.02))
+    times = interleaved(rows, rounds, 0.02)
     base = statistics.median(times["scipy solve_triangular"])
     print(f"\nsolve_triangular, {n} x {n} lower, one right-hand side")
     for k in rows:
@@ -224,12 +209,7 @@ def main(argv=None) -> int:
         if hasattr(fn, "jitted"):
             print(f"{name}: tier {settle(fn)}")
         _check(name, fn(), d2, y)
-    times: dict[str, list[float]] = {name: [] for name in rows}
-    order = list(rows)
-    for _ in range(args.rounds):
-        random.shuffle(order)
-        for name in order:
-            times[name].append(_block(rows[name]))
+    times = interleaved(rows, args.rounds)
     jax = times.get("jax.jit")
     print(f"GP NLL + gradient, n = {args.n}, float64, one thread, {args.rounds} rounds")
     print(f"{'row':21s} {'first call s':>13s} {'median ms':>10s} {'/ jax.jit':>10s} "

@@ -2,8 +2,8 @@
 ``nbgrad.jit`` (``mode="compile"``: tier 2, the steady state promotion reaches) against
 PyTorch eager and JAX ``jit``, float64, one thread.
 
-    python perf/new_ops.py                  # 15 interleaved rounds
-    python perf/new_ops.py --rounds 30 --json out.json
+    python -m perf.new_ops                  # 15 interleaved rounds
+    python -m perf.new_ops --rounds 30 --json out.json
 
 Each step computes ``sum(op(inputs) * cotangent)`` and its gradient for every
 differentiable input. Before timing, each framework's value and gradients are compared
@@ -32,6 +32,8 @@ import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
+
+from .core import block_seconds  # noqa: E402
 
 RNG = np.random.default_rng(0)
 
@@ -157,17 +159,6 @@ def jax_fns() -> dict[str, Callable]:
 
 
 # ------------------------------------------------------------------ timing
-def _block(fn: Callable, min_seconds: float = 0.02) -> float:
-    """Seconds per call over a block of calls lasting at least ``min_seconds``."""
-    calls, start = 0, time.perf_counter()
-    while True:
-        fn()
-        calls += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_seconds:
-            return elapsed / calls
-
-
 def _agrees(got, want) -> bool:
     (v, gs), (wv, wgs) = got, want
     if not math.isclose(v, wv, rel_tol=1e-9, abs_tol=1e-9):
@@ -211,7 +202,7 @@ def main(argv=None) -> int:
         random.shuffle(order)
         for fw, op in order:
             if samples[fw][op] is not None:
-                samples[fw][op].append(_block(frameworks[fw][op]))
+                samples[fw][op].append(block_seconds(frameworks[fw][op], 0.02))
     medians = {fw: {op: (statistics.median(s) if s else None) for op, s in ops.items()}
                for fw, ops in samples.items()}
     names = list(frameworks)

@@ -1,8 +1,8 @@
 """``jacobian`` and ``hessian`` with their cotangents batched by ``nbgrad.vmap`` against
 the row-by-row loop they used before (one vjp per output element), float64, one thread.
 
-    python perf/vmap_transforms.py              # 7 interleaved rounds
-    python perf/vmap_transforms.py --rounds 15
+    python -m perf.vmap_transforms              # 7 interleaved rounds
+    python -m perf.vmap_transforms --rounds 15
 
 Cases: the Jacobian of an MLP layer ``tanh(W x + b)`` (100 -> 100), the Hessian of a
 50-d function ``sum(tanh(W x) ** 3) + |x|^2`` and the Jacobian of a 20 -> 20 map (small
@@ -21,13 +21,14 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
-import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 import nbgrad as nb  # noqa: E402
 from nbgrad import functional  # noqa: E402
+
+from .core import block_seconds  # noqa: E402
 
 RNG = np.random.default_rng(0)
 
@@ -54,16 +55,6 @@ def _with_loop(fn: Callable[[], object]) -> object:
         functional._VMAP[:] = saved
 
 
-def _block(fn: Callable[[], object]) -> float:
-    n, start = 0, time.perf_counter()
-    while True:
-        fn()
-        n += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= 0.05:
-            return elapsed / n
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
@@ -77,7 +68,7 @@ def main() -> None:
             order = ["vmap", "loop"] if k % 2 == 0 else ["loop", "vmap"]
             for which in order:
                 call = fn if which == "vmap" else (lambda fn=fn: _with_loop(fn))
-                times[which].append(_block(call))
+                times[which].append(block_seconds(call))
         v, s = statistics.median(times["vmap"]), statistics.median(times["loop"])
         print(f"{name:34} {v * 1e3:10.2f} {s * 1e3:10.2f} {s / v:9.1f}x")
 

@@ -39,7 +39,7 @@ from ..reference import replay
 from .autodiff import consts_for, joint_graph, partial_eval, reached_inputs, unrolled_reach
 from .handles import run_owned
 from .ir import LOOP, STOP_GRADIENT, Graph, LoopInfo, Node, Var, make_loop, type_str
-from .passes import dce_nodes
+from .passes import accumulate_into, dce_nodes
 from .tracer import Tracer, run_traced, user_site
 
 __all__ = ["apply_loop", "fori_loop", "scan"]
@@ -143,6 +143,42 @@ def _segmented(lower: int, upper: int, body: Callable, init: Any, size: int | st
     val = fori_loop(0, full, half, init, _remat=True) if full else init
     rest = lower + full * seg
     return fori_loop(rest, upper, body, val) if rest < upper else val
+
+
+def _segmented_scan(f: Callable, init: Any, xs: Any, length: int, reverse: bool,
+                   size: int) -> tuple[Any, Any]:
+    """A traced ``scan`` in segments of ``size`` rows: an outer remat scan over blocks of
+    ``size`` rows, each an inner scan, then the remaining rows (first when ``reverse``)."""
+    full = length // size
+    if full == 0:
+        return scan(f, init, xs, length=length, reverse=reverse)
+    xleaves, xspec = pytree.flatten(xs)
+    split = full * size
+    blocks = [reshape(t[:split], (full, size) + tuple(t.shape[1:])) for t in xleaves]
+    rest = [t[split:] for t in xleaves]
+
+    def segment(c, rows):
+        return scan(f, c, pytree.unflatten(xspec, rows), length=size, reverse=reverse)
+
+    def head(c):
+        c, ys = scan(segment, c, blocks, length=full, reverse=reverse, _remat=True)
+        return c, pytree.tree_map(lambda y: reshape(y, (split,) + tuple(y.shape[2:])), ys)
+
+    def tail(c):
+        return scan(f, c, pytree.unflatten(xspec, rest), length=length - split,
+                    reverse=reverse)
+
+    if split == length:
+        return head(init)
+    if reverse:
+        c, ys_tail = tail(init)
+        c, ys_head = head(c)
+    else:
+        c, ys_head = head(init)
+        c, ys_tail = tail(c)
+    h, spec = pytree.flatten(ys_head)
+    t = pytree.flatten(ys_tail)[0]
+    return c, pytree.unflatten(spec, [cat([a, b]) for a, b in zip(h, t, strict=True)])
 
 
 def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
@@ -674,7 +710,7 @@ def _build_plan(info: LoopInfo, rg: tuple[bool, ...], example: list[np.ndarray])
         b_inputs.append(acc)
         recipe.append(("zeros", len(b_inputs) - 1))
         others = [g for j, g in grad_of.items() if j != i]
-        if _accumulate_into(tnodes, jg.consts, grad_of[i], acc, b_outputs + others):
+        if accumulate_into(tnodes, jg.consts, grad_of[i], acc, b_outputs + others):
             b_outputs.append(grad_of[i])
             continue
         new = acc.like()
@@ -732,34 +768,6 @@ def _build_plan(info: LoopInfo, rg: tuple[bool, ...], example: list[np.ndarray])
                     step_reach)
 
 
-def _accumulate_into(nodes: list[Node], consts: dict, grad: Var, acc: Var,
-                     outputs: list[Var]) -> bool:
-    """When a step's gradient ``grad`` of an invariant is the final accumulator of an
-    inner loop's gradient (a carry that starts at a zeros constant and only has terms
-    added), start that carry at the outer accumulator ``acc`` instead (replacing the
-    node in ``nodes``), so that no zeros and no outer add of the parameter's size are
-    needed per step. Returns whether it did."""
-    loop = next((n for n in nodes if n.op == LOOP and any(o is grad for o in n.outputs)),
-                None)
-    if loop is None:
-        return False
-    info = LoopInfo.of(loop)
-    k = next(j for j, o in enumerate(loop.outputs) if o is grad)
-    if k >= info.n_carry or loop.inputs[k] not in consts or consts[loop.inputs[k]].any():
-        return False
-    uses = sum(v is grad for n in nodes for v in n.inputs) + sum(v is grad for v in outputs)
-    carry = info.body_inputs()[1][k]
-    readers = [n for n in info.body.nodes if any(v is carry for v in n.inputs)]
-    if uses or len(readers) != 1 or readers[0].op != "add" or \
-            readers[0].outputs[0] is not info.body.outputs[k] or \
-            any(v is carry for v in info.body.outputs):
-        return False
-    inputs = list(loop.inputs)
-    inputs[k] = acc
-    nodes[nodes.index(loop)] = Node(LOOP, inputs, list(loop.outputs), loop.attrs)
-    return True
-
-
 def _step_reach(joint, off: int, n_out: int) -> tuple[frozenset[int], ...]:
     """Per body output: the loop inputs (carries, xs, invariants) whose gradient its
     cotangent reaches in one step (from the joint body)."""
@@ -775,38 +783,3 @@ def describe_loop(info: LoopInfo) -> str:
 
 
 __all__ += ["LOOP", "LoopBackward", "describe_loop", "execute_loop"]
-
-def _segmented_scan(f: Callable, init: Any, xs: Any, length: int, reverse: bool,
-                   size: int) -> tuple[Any, Any]:
-    """A traced ``scan`` in segments of ``size`` rows: an outer remat scan over blocks of
-    ``size`` rows, each an inner scan, then the remaining rows (first when ``reverse``)."""
-    full = length // size
-    if full == 0:
-        return scan(f, init, xs, length=length, reverse=reverse)
-    xleaves, xspec = pytree.flatten(xs)
-    split = full * size
-    blocks = [reshape(t[:split], (full, size) + tuple(t.shape[1:])) for t in xleaves]
-    rest = [t[split:] for t in xleaves]
-
-    def segment(c, rows):
-        return scan(f, c, pytree.unflatten(xspec, rows), length=size, reverse=reverse)
-
-    def head(c):
-        c, ys = scan(segment, c, blocks, length=full, reverse=reverse, _remat=True)
-        return c, pytree.tree_map(lambda y: reshape(y, (split,) + tuple(y.shape[2:])), ys)
-
-    def tail(c):
-        return scan(f, c, pytree.unflatten(xspec, rest), length=length - split,
-                    reverse=reverse)
-
-    if split == length:
-        return head(init)
-    if reverse:
-        c, ys_tail = tail(init)
-        c, ys_head = head(c)
-    else:
-        c, ys_head = head(init)
-        c, ys_tail = tail(c)
-    h, spec = pytree.flatten(ys_head)
-    t = pytree.flatten(ys_tail)[0]
-    return c, pytree.unflatten(spec, [cat([a, b]) for a, b in zip(h, t, strict=True)])

@@ -267,3 +267,32 @@ def optimize(graph: Graph, passes: Sequence[GraphPass] | None = None) -> Graph:
     for p in (PASSES if passes is None else passes):
         graph = p(graph)
     return graph
+
+
+# ------------------------------------------------------------------ loop gradients
+def accumulate_into(nodes: list[Node], consts: dict, grad: Var, acc: Var,
+                     outputs: list[Var]) -> bool:
+    """When a step's gradient ``grad`` of an invariant is the final accumulator of an
+    inner loop's gradient (a carry that starts at a zeros constant and only has terms
+    added), start that carry at the outer accumulator ``acc`` instead (replacing the
+    node in ``nodes``), so that no zeros and no outer add of the parameter's size are
+    needed per step. Returns whether it did."""
+    loop = next((n for n in nodes if n.op == LOOP and any(o is grad for o in n.outputs)),
+                None)
+    if loop is None:
+        return False
+    info = LoopInfo.of(loop)
+    k = next(j for j, o in enumerate(loop.outputs) if o is grad)
+    if k >= info.n_carry or loop.inputs[k] not in consts or consts[loop.inputs[k]].any():
+        return False
+    uses = sum(v is grad for n in nodes for v in n.inputs) + sum(v is grad for v in outputs)
+    carry = info.body_inputs()[1][k]
+    readers = [n for n in info.body.nodes if any(v is carry for v in n.inputs)]
+    if uses or len(readers) != 1 or readers[0].op != "add" or \
+            readers[0].outputs[0] is not info.body.outputs[k] or \
+            any(v is carry for v in info.body.outputs):
+        return False
+    inputs = list(loop.inputs)
+    inputs[k] = acc
+    nodes[nodes.index(loop)] = Node(LOOP, inputs, list(loop.outputs), loop.attrs)
+    return True

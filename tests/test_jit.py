@@ -524,6 +524,37 @@ def test_reroll_time_dependent_constants_and_nested_loops(rng):
     assert len(graph.nodes) < 120
 
 
+def test_reroll_finds_steps_that_repeat_an_op_sequence_within_themselves(rng):
+    """An RK4 step evaluates its vector field four times, so each op recurs at short
+    distances inside the step and the step's own period is never the distance to a
+    token's previous use: the Python loop must still become one forward and one backward
+    loop node (issue 15 item 3's neural ODE), equal to eager."""
+    steps, dt = 12, 0.05
+
+    def field(x, w1, b1, w2, b2):
+        return nb.tanh(x @ w1.T + b1) @ w2.T + b2
+
+    def loss(w1, b1, w2, b2, x):
+        for _ in range(steps):
+            k1 = field(x, w1, b1, w2, b2)
+            k2 = field(x + 0.5 * dt * k1, w1, b1, w2, b2)
+            k3 = field(x + 0.5 * dt * k2, w1, b1, w2, b2)
+            k4 = field(x + dt * k3, w1, b1, w2, b2)
+            x = x + (dt / 6) * (k1 + 2 * k2 + 2 * k3 + k4)
+        return (x * x).sum()
+
+    args = [nb.tensor(rng.normal(size=s) / 3) for s in ((8, 4), (8,), (4, 8), (4,), (5, 4))]
+    want = nb.grad(loss, argnums=(0, 1, 2, 3))(*args)
+    g = nb.jit(nb.grad(loss, argnums=(0, 1, 2, 3)), mode="interpret")
+    for _ in range(2):
+        for got, w in zip(g(*args), want, strict=True):
+            _close(got, w, rtol=1e-11)
+    graph = _entry(g, *args).graph
+    loops = [n for n in graph.nodes if n.op == LOOP]
+    assert len(loops) == 2 and sum(n.attrs["count"] for n in loops) >= 2 * steps - 4
+    assert len(graph.nodes) < 150  # not 12 copies of the step and its backward
+
+
 def test_reroll_leaves_a_trace_without_repetition_alone(rng):
     from nbgrad.jit.trace.reroll import reroll
     jf = nb.jit(_f)

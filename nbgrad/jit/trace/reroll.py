@@ -34,6 +34,7 @@ from .ir import LOOP, Graph, LoopInfo, Node, Var, graph_hash, make_loop
 MIN_REPS = 4      # iterations a region needs
 MIN_NODES = 8     # nodes a region needs
 MAX_PERIOD = 4096
+LAGS = 8          # earlier occurrences of a token whose distances are candidate periods
 
 
 def _freeze(value, cache: dict):
@@ -64,14 +65,21 @@ def _token(node: Node, cache: dict) -> int:
 
 
 def _candidates(tokens: np.ndarray) -> list[int]:
-    """Periods worth trying: frequent distances between equal tokens."""
-    last: dict[int, int] = {}
+    """Periods worth trying: frequent distances between equal tokens.
+
+    Distances to the last :data:`LAGS` occurrences count, not only to the previous one:
+    a token used several times per iteration (each of an RK4 step's four vector-field
+    evaluations repeats one op sequence) is never one period from its previous use."""
+    last: dict[int, list[int]] = {}
     dist: Counter = Counter()
     for i, t in enumerate(tokens.tolist()):
-        j = last.get(t)
-        if j is not None and i - j <= MAX_PERIOD:
-            dist[i - j] += 1
-        last[t] = i
+        seen = last.setdefault(t, [])
+        for j in seen:
+            if i - j <= MAX_PERIOD:
+                dist[i - j] += 1
+        seen.append(i)
+        if len(seen) > LAGS:
+            del seen[0]
     return [p for p, n in dist.most_common(12) if n >= (MIN_REPS - 1)]
 
 

@@ -239,6 +239,21 @@ def test_matmul_loops_and_blas(rng):
     assert compiled.stats["fallbacks"] == []
 
 
+def test_matmul_by_a_transposed_matrix_calls_blas_from_a_smaller_size(rng):
+    """``x @ w.T`` (a linear layer): the loops would walk ``w.T``'s rows with a stride,
+    so a product of 32 x 16 x 16 already goes through BLAS, while the same product by a
+    contiguous matrix stays loops."""
+    x, w, c = rng.standard_normal((32, 16)), rng.standard_normal((16, 16)), \
+        rng.standard_normal((16, 16))
+
+    def f(x, w, c):
+        return nb.sum(nb.tanh(x @ w.T) * 2.0) + nb.sum(nb.tanh(x @ c))
+
+    compiled, _ = compile_and_compare(trace(f, x, w, c, wrt=[0, 1, 2]), [x, w, c])
+    src = body_of(compiled.source())
+    assert "np.dot(" in src and "for q in range(16):" in src
+
+
 def test_fori_loop_stays_a_native_loop_with_its_gradient(rng):
     W, b, x0 = rng.standard_normal((6, 6)) * 0.3, rng.standard_normal(6), rng.standard_normal(6)
 

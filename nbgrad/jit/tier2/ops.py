@@ -35,6 +35,9 @@ from .store import (
 
 #: matrix products with at most this many multiply-adds are written as loops
 SMALL_MATMUL = 32768
+#: the same when ``b``'s rows are not contiguous (a transposed view): the loops' inner
+#: walk along a row of ``b`` is strided then, and does not vectorise
+SMALL_STRIDED = 2048
 
 
 def matmul_dims(a: tuple[int, ...], b: tuple[int, ...], transpose_b: bool
@@ -182,7 +185,8 @@ class OpsEmitter:
             self.line(f"{o.name} += {scope.get(a).ref(['q'])} * {scope.get(b).ref(['q'])}", 1)
             return
         acc = self.fresh_name(f"acc{self.num(out)}")
-        if m * k * n > SMALL_MATMUL and k > 0:
+        strided_b = n > 1 and sb.kind == "array" and sb.layout != "C"
+        if k > 0 and (m * k * n > SMALL_MATMUL or (strided_b and m * k * n > SMALL_STRIDED)):
             A = A if sa.layout in "CF" or sa.kind != "array" else f"np.ascontiguousarray({A})"
             B = B if sb.layout in "CF" or sb.kind != "array" else f"np.ascontiguousarray({B})"
             s = self.store_array(out, scope)

@@ -23,7 +23,7 @@ re-rolled recursively. A trace without repetition is returned unchanged.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -70,16 +70,14 @@ def _candidates(tokens: np.ndarray) -> list[int]:
     Distances to the last :data:`LAGS` occurrences count, not only to the previous one:
     a token used several times per iteration (each of an RK4 step's four vector-field
     evaluations repeats one op sequence) is never one period from its previous use."""
-    last: dict[int, list[int]] = {}
+    last: dict[int, deque[int]] = {}
     dist: Counter = Counter()
     for i, t in enumerate(tokens.tolist()):
-        seen = last.setdefault(t, [])
-        for j in seen:
-            if i - j <= MAX_PERIOD:
-                dist[i - j] += 1
+        seen = last.get(t)
+        if seen is None:
+            seen = last[t] = deque(maxlen=LAGS)
+        dist.update(i - j for j in seen if i - j <= MAX_PERIOD)
         seen.append(i)
-        if len(seen) > LAGS:
-            del seen[0]
     return [p for p, n in dist.most_common(12) if n >= (MIN_REPS - 1)]
 
 

@@ -13,25 +13,28 @@ Spec = tuple
 
 def flatten(tree: Any) -> tuple[list, Spec]:
     """The leaves of ``tree`` in order, and its structure."""
+    # a module-level helper, as for unflatten: a recursive closure's reference cycle kept
+    # the leaves alive until the cyclic garbage collector ran (checkpoint's recomputed
+    # outputs: the memory bound then depended on when the collector happened to run)
     leaves: list = []
+    return leaves, _walk(tree, leaves)
 
-    def walk(node: Any) -> Spec:
-        if node is None:
-            return ("none",)
-        if isinstance(node, tuple):
-            kids = tuple(walk(x) for x in node)
-            if hasattr(node, "_fields"):
-                return ("namedtuple", type(node), kids)
-            return ("tuple", kids)
-        if isinstance(node, list):
-            return ("list", tuple(walk(x) for x in node))
-        if isinstance(node, dict):
-            keys = tuple(node)
-            return ("dict", keys, tuple(walk(node[k]) for k in keys))
-        leaves.append(node)
-        return ("leaf",)
 
-    return leaves, walk(tree)
+def _walk(node: Any, leaves: list) -> Spec:
+    if node is None:
+        return ("none",)
+    if isinstance(node, tuple):
+        kids = tuple(_walk(x, leaves) for x in node)
+        if hasattr(node, "_fields"):
+            return ("namedtuple", type(node), kids)
+        return ("tuple", kids)
+    if isinstance(node, list):
+        return ("list", tuple(_walk(x, leaves) for x in node))
+    if isinstance(node, dict):
+        keys = tuple(node)
+        return ("dict", keys, tuple(_walk(node[k], leaves) for k in keys))
+    leaves.append(node)
+    return ("leaf",)
 
 
 def unflatten(spec: Spec, leaves: Sequence) -> Any:

@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-probe", action="store_true",
                    help="skip timing a new graph's first call in the warm process")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=_int_list, default=[1],
+                   help="comma list of thread counts (NUMBA_NUM_THREADS, OMP_NUM_THREADS, "
+                        "torch); each implementation runs once per count, side by side "
+                        "(rows of counts other than 1 get the suffix @<n>t; default 1)")
     p.add_argument("--out-dir", type=Path, default=None,
                    help="where results go (default perf/results)")
     p.add_argument("--table-only", action="store_true",
@@ -109,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = Settings(rounds=args.rounds, min_samples=args.min_samples,
                         min_time=args.min_time, max_round_time=args.max_round_time,
-                        cold=args.cold, probe=not args.no_probe, seed=args.seed)
+                        cold=args.cold, probe=not args.no_probe, seed=args.seed,
+                        threads=tuple(args.threads))
     command = " ".join(["python -m perf", *(shlex.quote(a) for a in (argv or sys.argv[1:]))])
     progress = (lambda s: None) if args.quiet else None
     if args.command == "scaling":

@@ -64,6 +64,9 @@ class Settings:
     cold: bool = False          # empty Numba/nbgrad caches: first calls include compiling
     probe: bool = True          # time a new graph's first call in the warm process
     seed: int = 0
+    #: thread counts: each implementation runs once per count (rows of counts other
+    #: than 1 get the id suffix ``@<n>t``), side by side in the same rounds
+    threads: tuple[int, ...] = (1,)
 
 
 @dataclass
@@ -212,10 +215,16 @@ class WorkerProc:
         self._log.close()
 
 
-def worker_env(settings: Settings, scratch: Path, tag: str) -> dict:
+def worker_env(settings: Settings, scratch: Path, tag: str, threads: int = 1) -> dict:
     """The environment of one worker: thread pinning, repo on the path, caches."""
     env = dict(os.environ)
     env.update(THREAD_ENV)
+    if threads != 1:
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                    "NUMBA_NUM_THREADS"):
+            env[var] = str(threads)
+        env["XLA_FLAGS"] = f"intra_op_parallelism_threads={threads}"
+    env["PERF_THREADS"] = str(threads)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     if settings.cold:
@@ -263,26 +272,31 @@ def run_case(case: Case, selection: list[str] | None, settings: Settings, scratc
     if hasattr(mod, "ops_per_call"):
         record["ops_per_call"] = mod.ops_per_call(params)
     live: list[tuple[dict, WorkerProc]] = []
-    for impl in mod.IMPLS:
+    for impl, threads in ((i, t) for i in mod.IMPLS for t in settings.threads):
         if not selected(impl, selection):
             continue
         row = _row_base(impl, case)
+        if threads != 1:
+            row.update(impl=f"{impl.id}@{threads}t", label=f"{impl.label} ({threads} threads)")
+        row["threads"] = threads
         record["rows"].append(row)
         if not framework_available(impl.framework):
             row.update(status="skipped",
                        note=f"{impl.label}: {FRAMEWORKS[impl.framework]} not installed")
-            progress(f"  {impl.id:22s} skipped: not installed")
+            progress(f"  {row['impl']:22s} skipped: not installed")
             continue
-        tag = f"{mod.ID}-{impl.framework}-{impl.variant}-{case.size}-{len(os.listdir(scratch))}"
+        tag = f"{mod.ID}-{impl.framework}-{impl.variant}-{threads}t-{case.size}-" \
+              f"{len(os.listdir(scratch))}"
         spec = {"workload": mod.ID, "impl": impl.id, "framework": impl.framework,
                 "params": params, "seed": settings.seed}
-        w = WorkerProc(spec, worker_env(settings, scratch, tag), scratch / f"{tag}.log")
+        w = WorkerProc(spec, worker_env(settings, scratch, tag, threads),
+                       scratch / f"{tag}.log")
         try:
             msg = w.read(settings.start_timeout)
         except WorkerError as exc:
             row.update(status="error", note=str(exc))
             w.close()
-            progress(f"  {impl.id:22s} error: {exc}")
+            progress(f"  {row['impl']:22s} error: {exc}")
             continue
         status = msg.pop("status")
         note = msg.pop("note", "")
@@ -295,7 +309,7 @@ def run_case(case: Case, selection: list[str] | None, settings: Settings, scratc
             if tb:
                 row["traceback_tail"] = tb[-1500:]
             w.close()
-            progress(f"  {impl.id:22s} {status}: {note}")
+            progress(f"  {row['impl']:22s} {status}: {note}")
             continue
         try:
             cal = w.request({"cmd": "calibrate"}, settings.command_timeout)
@@ -303,10 +317,10 @@ def run_case(case: Case, selection: list[str] | None, settings: Settings, scratc
         except WorkerError as exc:
             row.update(status="error", note=f"warm-up: {exc}")
             w.close()
-            progress(f"  {impl.id:22s} error in warm-up: {exc}")
+            progress(f"  {row['impl']:22s} error in warm-up: {exc}")
             continue
         err = row["agreement"]["max"]
-        progress(f"  {impl.id:22s} ready: import {row['import_s']:.2f} s, first call "
+        progress(f"  {row['impl']:22s} ready: import {row['import_s']:.2f} s, first call "
                  f"{row['first_call_s']:.3f} s, agreement {err:.1e}")
         row["_times"] = []
         live.append((row, w))
@@ -377,7 +391,7 @@ def run(cases: Iterable[Case], selection: list[str] | None = None,
         "schema": SCHEMA, "kind": kind, "created": now.isoformat(timespec="seconds"),
         "machine": machine_slug(info), "machine_info": info, "versions": versions(),
         "command": command or "python -m perf " + " ".join(sys.argv[1:]),
-        "settings": {**settings.__dict__, "threads": 1, "env": THREAD_ENV,
+        "settings": {**settings.__dict__, "threads": list(settings.threads), "env": THREAD_ENV,
                      "selection": selection},
         "loadavg_start": list(os.getloadavg()), "cases": [],
     }

@@ -82,8 +82,9 @@ def fmt_ratio(r: float | None) -> str:
 
 
 def ok_rows(case: dict) -> list[dict]:
-    """Rows that were timed."""
-    return [r for r in case["rows"] if r.get("status") == "ok" and r.get("median_s")]
+    """Rows that were timed on one thread (the ones compared across frameworks)."""
+    return [r for r in case["rows"] if r.get("status") == "ok" and r.get("median_s")
+            and r.get("threads", 1) == 1]
 
 
 def floor_median(case: dict) -> float | None:
@@ -177,6 +178,9 @@ def case_table(case: dict) -> str:
         if row.get("note"):
             note = " ".join(str(row["note"]).replace("|", "/").split())
             notes.append(note if len(note) <= NOTE_CHARS else note[:NOTE_CHARS - 1] + "…")
+        one = next((r for r in ok_rows(case) if r["impl"] == row["impl"].split("@")[0]), None)
+        if row.get("threads", 1) != 1 and one and row.get("median_s"):
+            notes.append(f"{row['median_s'] / one['median_s']:.2f}x its 1-thread time")
         if row.get("us_per_op") is not None:
             notes.append(f"{row['us_per_op']:.3g} us/op")
         info = row.get("info") or {}
@@ -193,6 +197,15 @@ def case_table(case: dict) -> str:
     return "\n".join(lines)
 
 
+def _threads_text(settings: dict) -> str:
+    counts = settings.get("threads") or [1]
+    counts = counts if isinstance(counts, list) else [counts]
+    if counts == [1]:
+        return "one thread per framework"
+    return ("thread counts " + ", ".join(map(str, counts))
+            + " (rows @<n>t; peer ratios use the 1-thread rows)")
+
+
 def header(results: dict) -> str:
     """Where and how the results were measured."""
     info = results.get("machine_info", {})
@@ -207,7 +220,7 @@ def header(results: dict) -> str:
     lines = [
         f"Measured {results.get('created', '?')} on {info.get('cpu_model', '?')}, "
         f"{info.get('cpu_count', '?')} cores ({results.get('machine', '?')}); "
-        f"one thread per framework, each in a fresh process; {s.get('rounds', '?')} "
+        f"{_threads_text(s)}, each in a fresh process; {s.get('rounds', '?')} "
         f"interleaved rounds; steady-state median over >= {s.get('min_samples', '?')} timed "
         f"blocks and >= {s.get('min_time', '?')} s per row; "
         f"{'cold' if s.get('cold') else 'warm'} compile caches.",

@@ -49,7 +49,7 @@ def _configure(framework: str) -> None:
     if framework == "torch":
         import torch
 
-        torch.set_num_threads(1)
+        torch.set_num_threads(int(os.environ.get("PERF_THREADS", "1")))
         try:
             torch.set_num_interop_threads(1)
         except RuntimeError:  # already set

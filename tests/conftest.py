@@ -30,6 +30,12 @@ def rng():
 os.environ["NBGRAD_PROMOTION_CHECK"] = "0"
 if "nbgrad.jit.verify" in sys.modules:  # imported already (by a plugin): switch it too
     sys.modules["nbgrad.jit.verify"].set_enabled(False)
+# Likewise no measuring of tier 2 against tier 1 after a promotion: a promoted graph stays
+# in tier 2 whatever the timings, so the tier a test runs in never depends on the load.
+# Tests of the measurement set nbgrad.jit.program.MEASURE themselves.
+os.environ["NBGRAD_TIER_MEASURE"] = "0"
+if "nbgrad.jit.program" in sys.modules:
+    sys.modules["nbgrad.jit.program"].MEASURE = False
 
 
 @pytest.fixture

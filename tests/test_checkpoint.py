@@ -297,3 +297,23 @@ def test_loops_run_while_tracing_do_not_keep_their_pools(monkeypatch):
     nb.jit(nb.grad(lambda x0: nb.fori_loop(0, 20, lambda i, x: nb.sin(x), x0,
                                            checkpoint=True).sum()), mode="interpret")(x0)
     assert made and all(exe is not None and exe._pool is None for exe in made)
+
+
+def test_pytree_flatten_keeps_no_leaf_alive():
+    """flatten's recursive closure was a reference cycle that kept the leaves (a
+    checkpoint's recomputed outputs) alive until the garbage collector ran."""
+    import gc
+    import weakref
+
+    from nbgrad import pytree
+
+    t = nb.ones(3)
+    ref = weakref.ref(t)
+    gc.disable()
+    try:
+        leaves, _ = pytree.flatten({"a": [t, (t, None)]})
+        assert leaves == [t, t]
+        del t, leaves
+        assert ref() is None
+    finally:
+        gc.enable()

@@ -44,39 +44,6 @@ def test_program_promotes_after_enough_calls_and_swaps_in_tier2(rng, monkeypatch
     assert set(prog.executables()) == {"main"}
 
 
-def test_program_promotes_by_time_spent_in_tier1(rng, monkeypatch):
-    """A graph is compiled once its calls (backward runs included) have cost about what
-    compiling it costs: a slow graph after a few calls, a fast one only after many, one
-    called a few times never."""
-    graph_of, _ = _graph(rng)
-    budget = program.PROMOTE_SECONDS
-    assert 0.05 <= budget <= 2.0
-    started = []
-    monkeypatch.setattr(program.Program, "promote", lambda self: started.append(self))
-
-    slow = program.Program("auto", False, "test.slow")
-    slow.executable("main", graph_of)
-    for _ in range(program.PROMOTE_AFTER - 1):
-        slow.called(budget)
-    assert not started  # not before PROMOTE_AFTER calls, however slow
-    slow.called(budget)
-    assert started == [slow] and slow.tier == program.PROMOTING
-
-    fast = program.Program("auto", False, "test.fast")
-    fast.executable("main", graph_of)
-    calls = int(budget / 1e-4) - 2  # 0.1 ms calls, just short of the budget
-    for _ in range(calls):
-        fast.called(1e-4)
-    assert fast.tier == "interpret" and started == [slow]
-    fast.called(2e-4, count=False)  # its backward runs count too
-    fast.called(2e-4)
-    assert fast.calls == calls + 1 and started == [slow, fast]
-
-    compiled = program.Program("compile", False, "test.compiled")  # only mode="auto"
-    compiled.called(10 * budget)
-    assert started == [slow, fast]
-
-
 def test_program_stays_in_tier1_when_tier2_refuses(rng, monkeypatch):
     graph_of, arrays = _graph(rng)
     monkeypatch.setattr(codegen, "compile_graph",

@@ -19,8 +19,10 @@ from .node import AccumulateGrad, Node, accumulate_into
 Edge = tuple[Node, int]
 
 
-def count_dependencies(roots: Sequence[Node]) -> dict[Node, int]:
-    """Number of incoming gradient edges of every node reachable from ``roots``."""
+def count_dependencies(roots: Sequence[Node],
+                       parents: dict[Node, list[Node]] | None = None) -> dict[Node, int]:
+    """Number of incoming gradient edges of every node reachable from ``roots``; fills
+    ``parents``, when given, with the nodes having an edge to each reachable node."""
     deps: dict[Node, int] = {}
     seen = set(roots)
     stack = list(seen)
@@ -31,31 +33,34 @@ def count_dependencies(roots: Sequence[Node]) -> dict[Node, int]:
                 continue
             nxt = edge[0]
             deps[nxt] = deps.get(nxt, 0) + 1
+            if parents is not None:
+                above = parents.get(nxt)
+                if above is None:
+                    parents[nxt] = [node]
+                else:
+                    above.append(node)
             if nxt not in seen:
                 seen.add(nxt)
                 stack.append(nxt)
     return deps
 
 
-def nodes_leading_to(roots: Sequence[Node], targets: set[Node]) -> set[Node]:
-    """Nodes on some path from ``roots`` to a node of ``targets`` (iterative post-order)."""
-    needed: set[Node] = set()
-    done: set[Node] = set()
-    for root in roots:
-        if root in done:
-            continue
-        stack = [(root, iter(root.next_edges))]
-        while stack:
-            node, edges = stack[-1]
-            child = next((e[0] for e in edges if e is not None and e[0] not in done), None)
-            if child is not None:
-                stack.append((child, iter(child.next_edges)))
-                continue
-            stack.pop()
-            done.add(node)
-            if node in targets or any(e is not None and e[0] in needed
-                                      for e in node.next_edges):
+def nodes_leading_to(roots: Sequence[Node], targets: set[Node],
+                     parents: dict[Node, list[Node]] | None = None) -> set[Node]:
+    """Nodes on some path from ``roots`` to a node of ``targets``: the targets reachable
+    from ``roots`` and, following ``parents`` (as :func:`count_dependencies` fills it;
+    computed when not given), every node above them."""
+    if parents is None:
+        parents = {}
+        count_dependencies(roots, parents)
+    starts = set(roots)
+    needed = {t for t in targets if t in parents or t in starts}
+    stack = list(needed)
+    while stack:
+        for node in parents.get(stack.pop(), ()):
+            if node not in needed:
                 needed.add(node)
+                stack.append(node)
     return needed
 
 
@@ -76,6 +81,8 @@ class GraphTask:
         self.captured: dict[Edge, list[int]] = {}
         for i, edge in enumerate(capture or ()):
             self.captured.setdefault(edge, []).append(i)
+        #: the nodes of the captured edges
+        self.capture_nodes = {edge[0] for edge in self.captured}
         self.results: list = [None] * len(capture or ())
         self.buffers: dict[Node, list] = {}
         self.needed: set[Node] | None = None
@@ -90,30 +97,47 @@ class GraphTask:
 
     def run(self, roots: Sequence[tuple[Edge, Tensor]]) -> list:
         root_nodes = list(dict.fromkeys(edge[0] for edge, _ in roots))
-        deps = count_dependencies(root_nodes)
-        if not self.accumulate:
-            self.needed = nodes_leading_to(root_nodes, {e[0] for e in self.captured})
+        if self.accumulate:
+            deps = count_dependencies(root_nodes)
+        else:
+            parents: dict[Node, list[Node]] = {}
+            deps = count_dependencies(root_nodes, parents)
+            self.needed = nodes_leading_to(root_nodes, self.capture_nodes, parents)
         for (node, nr), grad in roots:
             self.add_gradient(node, nr, grad)
         ready = [(-n.seq, n) for n in root_nodes if deps.get(n, 0) == 0]
         heapq.heapify(ready)
+        buffers = self.buffers
         with set_grad_enabled(self.create_graph):
             while ready:
                 node = heapq.heappop(ready)[1]
-                self.execute(node, self.buffers.pop(node, []))
-                for edge in node.next_edges:
-                    if edge is None:
-                        continue
-                    nxt = edge[0]
-                    deps[nxt] -= 1
-                    if deps[nxt] == 0:
-                        heapq.heappush(ready, (-nxt.seq, nxt))
+                while node is not None:
+                    self.execute(node, buffers.pop(node, []))
+                    new = None
+                    for edge in node.next_edges:
+                        if edge is None:
+                            continue
+                        nxt = edge[0]
+                        left = deps[nxt] - 1
+                        deps[nxt] = left
+                        if left == 0:
+                            if new is None:
+                                new = nxt
+                            else:
+                                heapq.heappush(ready, (-nxt.seq, nxt))
+                    if new is None:
+                        node = None
+                    elif ready:
+                        heapq.heappush(ready, (-new.seq, new))
+                        node = None
+                    else:  # the only ready node: the heap would give it next
+                        node = new
         return self.results
 
     def _prepare(self, node: Node, grads: list) -> None:
         """Run tensor hooks, retain_grad and captures on the summed gradients."""
         leaf_hooks = node.variable._hooks if type(node) is AccumulateGrad else None
-        if not (node._pre_hooks or leaf_hooks or node._retain or self.captured):
+        if not (node._pre_hooks or leaf_hooks or node._retain or node in self.capture_nodes):
             return  # the common case: nothing to do
         for nr, g in enumerate(grads):
             if g is None:
@@ -136,10 +160,16 @@ class GraphTask:
                 self.results[idx] = g
 
     def execute(self, node: Node, grads: list) -> None:
-        self._prepare(node, grads)
-        if self.needed is not None and not any(
-                e is not None and e[0] in self.needed for e in node.next_edges):
-            return  # autograd.grad: nothing below this node was asked for
+        if (node._pre_hooks or node._retain or type(node) is AccumulateGrad
+                or node in self.capture_nodes):
+            self._prepare(node, grads)
+        needed = self.needed
+        if needed is not None:
+            for e in node.next_edges:
+                if e is not None and e[0] in needed:
+                    break
+            else:
+                return  # autograd.grad: nothing below this node was asked for
         if isinstance(node, AccumulateGrad):
             if self.accumulate and grads:
                 accumulate_into(node.variable, grads[0], self.create_graph)
@@ -151,7 +181,7 @@ class GraphTask:
             if not self.retain_graph:
                 node.release()
             return
-        if ANOMALY.enabled:
+        if ANOMALY._enabled:  # the property's field: read once per node
             with ANOMALY.context(node):
                 outs = node.apply(grads, self.create_graph)
                 check_gradients(node, outs)
@@ -162,6 +192,11 @@ class GraphTask:
                 hook(outs, grads)
         if not self.retain_graph:
             node.release()
+        buffers = self.buffers
         for edge, grad in zip(node.next_edges, outs, strict=True):
             if edge is not None and grad is not None:
-                self.add_gradient(edge[0], edge[1], grad)
+                nxt, nr = edge
+                if nr == 0 and nxt not in buffers:  # the first gradient to reach nxt
+                    buffers[nxt] = [grad]
+                else:
+                    self.add_gradient(nxt, nr, grad)

@@ -4,11 +4,13 @@
 imports ``autograd/``). It creates the op's :class:`OpNode` and saves what the op's
 formulas read. :func:`run_formulas` is that node's backward: it evaluates the table's
 formulas and then, once for every op, sums broadcast gradients back to each input's
-shape and casts them to the input's dtype.
+shape and casts them to the input's dtype. :func:`compile_backward` specialises it to
+one op (the formulas' arguments read straight from the node) on the op's first backward.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,7 +25,9 @@ from .node import (
     SavedMeta,
     SavedOutput,
     SavedTensor,
+    _sequence,
     gradient_edge,
+    modified_message,
 )
 
 if TYPE_CHECKING:
@@ -36,14 +40,18 @@ class OpNode(Node):
     __slots__ = ("op", "saved", "attrs", "input_slots", "input_meta", "output_meta",
                  "materialize")
 
-    def __init__(self, op: OpDef, next_edges: list) -> None:
-        super().__init__(next_edges)
+    def __init__(self, op: OpDef, next_edges: list, input_slots=None, input_meta=None,
+                 attrs=None, output_meta=None) -> None:
+        # Node.__init__ inlined: one node per recorded op
+        self.next_edges = next_edges
+        self.seq = next(_sequence)
+        self._pre_hooks = self._post_hooks = self._retain = self.anomaly_trace = None
         self.op = op
         self.saved = None
-        self.attrs = None
-        self.input_slots = None
-        self.input_meta = None
-        self.output_meta = None
+        self.attrs = attrs
+        self.input_slots = input_slots
+        self.input_meta = input_meta
+        self.output_meta = output_meta
 
     def name(self) -> str:
         return f"{self.op.name.title().replace('_', '').replace('.', '')}Backward"
@@ -54,11 +62,54 @@ class OpNode(Node):
     def apply(self, grads: list, create_graph: bool) -> list:
         if self.saved is None:
             raise RuntimeError(RETAIN_GRAPH_MESSAGE)
-        return run_formulas(self, grads)
+        return (self.op.run_backward or compile_backward(self.op))(self, grads)
+
+
+_NO_ATTRS: dict = {}  # shared by the nodes of ops without attributes (read, never written)
 
 
 def record(op: OpDef, args: tuple, outputs: list[Tensor]) -> None:
     """Make ``op``'s backward node for ``outputs`` (dispatch's recorder hook)."""
+    if op.has_lists or len(outputs) != 1:
+        _record_general(op, args, outputs)
+        return
+    # the common case, one output and no tensor lists: _record_general and _finish inlined
+    edges: list = []
+    meta: list = []
+    for i, _name, _is_list, has_formula in op.record_plan:
+        t = args[i]
+        if t is None:
+            edges.append(None)
+            meta.append(None)
+            continue
+        if has_formula and t._requires_grad:
+            fn = t.grad_fn
+            edges.append((fn, t._output_nr) if fn is not None else gradient_edge(t))
+        else:
+            edges.append(None)
+        data = t._data
+        meta.append((data.shape, data.dtype, t._device))
+    out = outputs[0]
+    data = out._data
+    node = OpNode(op, edges, op.record_slots, meta,
+                  {name: args[i] for i, name in op.attr_names} if op.attr_names else _NO_ATTRS,
+                  [(data.shape, data.dtype)])
+    saved = {}
+    for i, name, need_value in op.save_plan:
+        t = args[i]  # a tensor's value saved as (tensor, version): see _unpack
+        saved[name] = (None if t is None else (t, t._version_box[0]) if need_value
+                       else SavedMeta(t))
+    if op.out_diff[0]:
+        out._requires_grad = True
+        out.grad_fn = node
+    for _k, name in op.save_outputs:
+        saved[name] = SavedOutput(out, name)
+    node.saved = saved
+
+
+def _record_general(op: OpDef, args: tuple, outputs: list[Tensor]) -> None:
+    """``record`` for ops with a tensor-list parameter (``cat``, ``stack``...) or several
+    outputs."""
     edges: list = []
     meta: list = []
     slots: dict[str, range] = {}
@@ -78,20 +129,22 @@ def record(op: OpDef, args: tuple, outputs: list[Tensor]) -> None:
             meta.append((data.shape, data.dtype, t._device))
         if has_formula:
             slots[name] = range(start, len(edges))
-    node = OpNode(op, edges)
-    node.input_slots = slots
-    node.input_meta = meta
+    node = OpNode(op, edges, slots, meta, {name: args[i] for i, name in op.attr_names})
+    _finish(node, op, args, outputs)
+
+
+def _finish(node: OpNode, op: OpDef, args: tuple, outputs: list[Tensor]) -> None:
+    """Save what the formulas read and make ``node`` the outputs' grad_fn."""
     node.output_meta = [(o._data.shape, o._data.dtype) for o in outputs]
-    node.attrs = {name: args[i] for i, name in op.attr_names}
     saved = {}
     for i, name, need_value in op.save_plan:
         value = args[i]
-        if isinstance(value, (list, tuple)):
-            saved[name] = [_save(t, name, need_value) for t in value]
-        elif value is not None:
-            saved[name] = _save(value, name, need_value)
-        else:
+        if value is None:
             saved[name] = None
+        elif isinstance(value, (list, tuple)):
+            saved[name] = [_save(t, name, need_value) for t in value]
+        else:
+            saved[name] = SavedTensor(value, name) if need_value else SavedMeta(value)
     out_diff = op.out_diff
     for k, out in enumerate(outputs):
         if out_diff[k] if k < len(out_diff) else out_diff[-1]:
@@ -109,17 +162,19 @@ def _save(t: Tensor, name: str, need_value: bool):
 def run_formulas(node: OpNode, grads: list) -> list:
     """Backward of a table op: evaluate its formulas, then reduce and cast each gradient."""
     op = node.op
-    env = dict(node.attrs)
+    env = dict(node.attrs) if node.attrs else {}
     for name, saved in node.saved.items():
         if saved is None:
             env[name] = None
-        elif isinstance(saved, list):
+        elif type(saved) is list:
             env[name] = [s.unpack(node) for s in saved]
+        elif type(saved) is tuple:
+            env[name] = _unpack(node, name, saved)
         else:
             env[name] = saved.unpack(node)
     out_meta = node.output_meta
     if len(out_meta) == 1 and grads and grads[0] is not None:
-        full = [grads[0]]
+        full = grads if len(grads) == 1 else [grads[0]]
     else:
         full = []
         out_diff = op.out_diff
@@ -137,31 +192,116 @@ def run_formulas(node: OpNode, grads: list) -> list:
         env["grad_input_mask"] = [e is not None for e in node.next_edges]
     formulas = op.entry.formulas
     edges = node.next_edges
+    input_meta = node.input_meta
+    list_names = op.list_names
     results: list = [None] * len(edges)
     for name, idx in node.input_slots.items():
-        if len(idx) == 1:
+        single = len(idx) == 1 and name not in list_names
+        if single:
             if edges[idx[0]] is None:
                 continue
         elif all(edges[s] is None for s in idx):
             continue
         formula = formulas[name]
         value = formula.func(*[env[n] for n in formula.arg_names])
-        values = list(value) if name in op.list_names else (value,)
-        for s, g in zip(idx, values, strict=True):
-            if edges[s] is None or g is None:
+        if single:
+            pairs: Iterable = ((idx[0], value),)
+        else:
+            pairs = zip(idx, list(value) if name in list_names else (value,), strict=True)
+        for s, g in pairs:
+            if g is None or edges[s] is None:
                 continue
-            shape, dtype, device = node.input_meta[s]
-            if not isinstance(g, Tensor):
-                g = Tensor._make(np.asarray(g, dtype=dtype))
-            if g._device is not device and g._device != device:  # to_device, CPU scalars
-                g = _ops.to_device(g, device)
-            data = g._data
-            if data.shape != shape:
-                g = _fit_shape(op, name, g, shape)
-            if g._data.dtype != dtype:
-                g = _ops.to_dtype(g, dtype)
-            results[s] = g
+            results[s] = fit_gradient(op, name, g, input_meta[s])
     return results
+
+
+def _unpack(node: OpNode, name: str, saved: tuple) -> Tensor:
+    """The tensor of a ``(tensor, version)`` pair that ``record`` saved (a lighter
+    :class:`SavedTensor`), checked against in-place changes since."""
+    t, version = saved
+    if t._version_box[0] != version:
+        raise RuntimeError(modified_message(node, name, t, version))
+    return t
+
+
+def fit_gradient(op: OpDef, name: str, g, meta: tuple) -> Tensor:
+    """Formula ``name``'s gradient ``g`` as a tensor of its input's ``(shape, dtype,
+    device)``: broadcast gradients summed back, other dtypes and devices converted."""
+    shape, dtype, device = meta
+    if not isinstance(g, Tensor):
+        g = Tensor._make(np.asarray(g, dtype=dtype))
+    if g._device is not device and g._device != device:  # to_device, CPU scalars
+        g = _ops.to_device(g, device)
+    if g._data.shape != shape:
+        g = _fit_shape(op, name, g, shape)
+    dt = g._data.dtype
+    if dt is not dtype and dt != dtype:
+        g = _ops.to_dtype(g, dtype)
+    return g
+
+
+def compile_backward(op: OpDef):
+    """``run_formulas`` specialised to ``op`` (kept as ``op.run_backward``): the formulas'
+    arguments read straight from the node, no environment built per call.
+
+    For ops with one output, no tensor lists, and formulas that read only ``grad``,
+    saved tensors and attributes; any other op keeps ``run_formulas``. Like it, the
+    compiled function unpacks every saved tensor (a modified one raises) and runs the
+    formula of each input that has an edge, in table order.
+    """
+    fn = _specialised(op)
+    op.run_backward = fn if fn is not None else run_formulas
+    return op.run_backward
+
+
+def _specialised(op: OpDef):
+    saved = [name for _i, name, _v in op.save_plan] + [name for _k, name in op.save_outputs]
+    attrs = [name for _i, name in op.attr_names]
+    if (op.has_lists or len(op.entry.schema.returns) != 1
+            or not op.formula_names <= {"grad", *saved, *attrs}):
+        return None
+    local = {}
+    lines = ["def backward(node, grads):",
+             "    if not grads or grads[0] is None:",
+             "        return run_formulas(node, grads)",
+             "    grad = grads[0]",
+             "    saved = node.saved"]
+    for k, name in enumerate(saved):
+        local[name] = f"s{k}"
+        lines += [f"    s{k} = saved[{name!r}]",
+                  f"    if type(s{k}) is tuple:",
+                  f"        s{k} = s{k}[0] if s{k}[0]._version_box[0] == s{k}[1] else "
+                  f"unpack(node, {name!r}, s{k})",
+                  f"    elif s{k} is not None:",
+                  f"        s{k} = s{k}.unpack(node)"]
+    for k, name in enumerate(attrs):
+        if name in op.formula_names:
+            local[name] = f"a{k}"
+            lines.append(f"    a{k} = node.attrs[{name!r}]")
+    local["grad"] = "grad"  # as in run_formulas, where it overrides any other ``grad``
+    lines += ["    edges = node.next_edges",
+              "    meta = node.input_meta",
+              f"    results = [None] * {len(op.record_plan)}"]
+    env = {"run_formulas": run_formulas, "fit": fit_gradient, "Tensor": Tensor, "op": op,
+           "unpack": _unpack}
+    for k, (_i, name, _is_list, has_formula) in enumerate(op.record_plan):
+        if not has_formula:
+            continue
+        formula = op.entry.formulas[name]
+        env[f"f{k}"] = formula.func
+        args = ", ".join(local[n] for n in formula.arg_names)
+        lines += [f"    if edges[{k}] is not None:",
+                  f"        g = f{k}({args})",
+                  "        if g is not None:",
+                  f"            m = meta[{k}]",
+                  "            if (type(g) is Tensor and g._device is m[2]",
+                  "                    and g._data.shape == m[0] and g._data.dtype is m[1]):",
+                  f"                results[{k}] = g",
+                  "            else:",
+                  f"                results[{k}] = fit(op, {name!r}, g, m)"]
+    lines.append("    return results")
+    exec(compile("\n".join(lines), f"<backward of {op.name}>", "exec"), env)  # noqa: S102
+    return env["backward"]
 
 
 def _grads_device(grads: list) -> Device:

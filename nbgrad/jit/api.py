@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -306,17 +305,13 @@ class _Entry:
 
     # ------------------------------------------------------------------ running
     def call(self, leaves: list) -> Any:
-        start = time.perf_counter()
         user_inputs = [leaves[k] for k in self.dynamic] + self.implicit
         arrays = [t._data if isinstance(t, Tensor) else np.asarray(t) for t in user_inputs]
         if any(self.rg) and any(self.diff) and self._split is not None:
-            outs = self.executable("fwd").run(arrays)
+            outs = self.program.run("fwd", self._graph_of, arrays)  # timed for the policy
             n = len(self.graph.outputs)
-            result = self.finish(user_inputs, outs[:n], outs[n:])
-        else:
-            result = self.finish(user_inputs, self.executable("main").run(arrays), None)
-        self.program.called(time.perf_counter() - start)
-        return result
+            return self.finish(user_inputs, outs[:n], outs[n:])
+        return self.finish(user_inputs, self.program.run("main", self._graph_of, arrays), None)
 
     def finish(self, user_inputs: list, arrays: list[np.ndarray],
                residuals: list[np.ndarray] | None) -> Any:
@@ -408,9 +403,7 @@ class JitBackward(Node):
         for kind, k in split.bwd_inputs:
             vals.append(res[k] if kind == "res" else arrays[k] if kind == "in"
                         else ct_of[k]._data)
-        start = time.perf_counter()
-        gs = entry.executable("bwd").run(vals)
-        entry.program.called(time.perf_counter() - start, count=False)
+        gs = entry.program.run("bwd", entry._graph_of, vals, count=False)
         for i, g in zip(joint.wrt, gs, strict=True):
             if i in reached:
                 out[i] = Tensor._make(g) if not entry.cuda else \
@@ -448,8 +441,10 @@ def jit(fn: Callable | None = None, *, static_argnums: Sequence[int] | int = (),
 
     ``mode``: ``"interpret"`` (tier 1: the precompiled tape interpreter, nothing to
     compile per graph), ``"compile"`` (tier 2: generated fused code, when available),
-    ``"auto"`` (tier 1, promoting to tier 2 a graph that has run about as long as
-    compiling it takes). ``static_argnums``:
+    ``"auto"`` (tier 1, promoting to tier 2 in the background a graph that has run about
+    as long as compiling it is expected to take, or a slow one after its first call in
+    tier 1). ``"auto"`` and ``"compile"`` keep tier 2 only where its calls measured
+    faster than tier 1's (see :mod:`nbgrad.jit.program`). ``static_argnums``:
     positions of arguments whose values (hashable) are part of the signature.
     ``cache_size``: how many signatures are kept (least recently used dropped).
     Usable as ``@nbgrad.jit`` or ``@nbgrad.jit(static_argnums=...)``.

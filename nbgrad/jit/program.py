@@ -9,18 +9,24 @@ CUDA kernels (:mod:`nbgrad.jit.cuda.fusion`). Generated code comes wrapped in a
 
 :class:`Program` holds the executables of one traced signature by role (``"main"``,
 ``"fwd"``, ``"bwd"``) and the tier they run in, and owns the policy: the starting tier
-(from the jit mode), promotion to tier 2 of a graph that has spent about what compiling
-it costs in tier 1 (:data:`PROMOTE_SECONDS`), in a background thread
-(:meth:`Program.promote`; tier 1 runs meanwhile), the swap to generated code once its
-first result agreed with tier 1, and the fallback to tier 1 for good after a mismatch
-(:data:`~nbgrad.jit.verify.TIER1_MISMATCH`) or a graph tier 2 refuses
-(:data:`TIER1_FINAL`). Promotion threads are daemons that exit abandons.
+(from the jit mode); in ``mode="auto"`` promotion to tier 2 by time spent in tier 1
+(:meth:`Program.hot`: as in ski rental, once the runs have cost about what compiling is
+expected to cost, :func:`compile_estimate`; at once for a graph whose one run costs a
+noticeable part of that), compiled in a background thread (:meth:`Program.promote`;
+tier 1 runs meanwhile); the swap to generated code once its first result agreed with
+tier 1; then the measurement (:meth:`Program.measure`): tier 2 stays only if its runs
+measured faster than tier 1's (``mode="compile"`` times a few tier-1 runs for it), else
+the program goes back to tier 1 (:data:`TIER1_SLOWER`). Tier 1 for good also after a
+mismatch (:data:`~nbgrad.jit.verify.TIER1_MISMATCH`) or a graph tier 2 refuses
+(:data:`TIER1_FINAL`). Runs are timed without the time spent in Numba's compiler
+(:mod:`nbgrad.jit.timing`). Promotion threads are daemons that exit abandons.
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
+import os
 import threading
 import time
 import warnings
@@ -29,6 +35,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from numba.core import event
 
+from . import timing
 from .executable import Executable
 from .tier1.lowering import build_tape, loop_executable
 from .tier2 import codegen
@@ -37,18 +44,43 @@ from .trace.handles import owning
 from .trace.ir import Graph, LoopInfo
 from .verify import TIER1_MISMATCH, Checked, OnHost, checked
 
-#: calls before ``mode="auto"`` may promote a graph to tier 2 (when tier 2 exists)
-PROMOTE_AFTER = 3
-#: seconds a graph has run in tier 1 before ``mode="auto"`` promotes it: about what
-#: compiling a small graph with tier 2 costs, so a graph is compiled once its calls have
-#: cost as much (as in ski rental: never much more than twice the time of the better
-#: choice in hindsight). A 50 ms graph is promoted after its third call, a 0.1 ms graph
-#: after a few thousand calls, and a graph called a few times is never compiled.
-PROMOTE_SECONDS = 0.25
+#: calls run in tier 1 (the call that traces is not one) before ``mode="auto"`` may
+#: promote a graph: a function called once is never compiled
+PROMOTE_AFTER = 1
+#: the tier-1 time after which ``mode="auto"`` promotes a graph: None for
+#: :func:`compile_estimate` (a number replaces it; tests set 0 to promote by calls alone)
+PROMOTE_SECONDS: float | None = None
+#: expected seconds of compiling a graph with tier 2: ``base + per_node * nodes``
+#: (measured on W1-W6: 6-31 nodes took 0.45-1.7 s, W2's BLAS calls 5.8 s, on a warm
+#: install), or :data:`COMPILE_CACHED_S` when its generated module is in the cache folder
+COMPILE_ESTIMATE = (0.4, 0.04)
+COMPILE_CACHED_S = 0.05
+#: a graph whose one call in tier 1 costs at least this part of the expected compile is
+#: promoted at once (after :data:`PROMOTE_AFTER` calls): the compile runs beside its calls
+#: and, measured faster, pays itself back within a few dozen calls (a 50 ms graph is
+#: promoted after its first call in tier 1; a 0.1 ms graph once its calls have cost
+#: the compile estimate, after about ten thousand calls)
+HEAVY_FRACTION = 1 / 40
+#: the longest the call after a promotion waits for it when the generated code is in
+#: the cache folder (loading takes tens of ms): at most half of one tier-1 call, once
+QUICK_WAIT_S = 0.25
+#: timed runs of tier 2 (after its first) that decide whether it stays
+MEASURE_RUNS = 3
+#: timed runs of tier 1 in ``mode="compile"`` (which has none from before) that decide
+TRIAL_RUNS = 2
+#: a ratio that decides early: tier 2 this much faster than tier 1 stays at once, and a
+#: trial stops once tier 1 measured this much slower
+CLEAR_RATIO = 2.0
+#: whether tier 2 is kept only where it measured faster (``NBGRAD_TIER_MEASURE=0``: no
+#: measuring, tier 2 stays once its first result agreed; the test suite turns it off so
+#: that the tier a test runs in does not depend on timing)
+MEASURE = os.environ.get("NBGRAD_TIER_MEASURE", "1").strip() != "0"
 #: the tier of a program while tier 2 compiles it (its executables stay in tier 1)
 PROMOTING = "promoting"
 #: the tier of a program whose promotion failed (it stays in tier 1 for good)
 TIER1_FINAL = "interpret (tier 2 refused)"
+#: the tier of a program whose generated code measured slower than tier 1 (for good)
+TIER1_SLOWER = "interpret (tier 2 measured slower)"
 
 _TIER2_WARNED = False
 
@@ -94,6 +126,28 @@ def run_loop_native(info: LoopInfo, arrays: Sequence[np.ndarray]) -> list[np.nda
     return exe.run(arrays)
 
 
+def compile_estimate(graphs: Sequence[Graph]) -> float:
+    """Expected seconds of compiling ``graphs`` with tier 2 (see :data:`COMPILE_ESTIMATE`)."""
+    base, per_node = COMPILE_ESTIMATE
+    total = 0.0
+    for g in graphs:
+        cached = getattr(codegen, "generated_before", None)
+        if cached is not None and cached(g):
+            total += COMPILE_CACHED_S
+        else:
+            total += base + per_node * sum(1 for _ in g.walk())
+    return total
+
+
+def run_tier(exe) -> str | None:
+    """The tier a run of ``exe`` is timed for ("interpret", "compile"), or None for a run
+    that says nothing about either (the promotion check runs both; reference, CUDA)."""
+    if isinstance(exe, Checked):
+        return None if exe.verdict is None else "compile" if exe.verdict else "interpret"
+    tier = getattr(exe, "tier", None)
+    return tier if tier in ("interpret", "compile") else None
+
+
 def initial_tier(mode: str, cuda: bool) -> str:
     """The tier a new program starts in, for a jit ``mode`` ("auto", "interpret",
     "compile", "reference"); a graph of CUDA tensors runs on the CUDA tier."""
@@ -105,7 +159,9 @@ class Program:
     """The executables of one traced signature, by role, and the tier they run in.
 
     ``name`` says whose graph it is in warnings. The tier changes only here: on
-    promotion (:meth:`promote`), on the verdict of the promotion check, and on fallback.
+    promotion (:meth:`promote`), on the verdict of the promotion check, on the verdict
+    of the measurement (:meth:`measure`), and on fallback. Calls run through
+    :meth:`run`, which times them for the policy.
     """
 
     def __init__(self, mode: str, cuda: bool, name: str) -> None:
@@ -115,15 +171,31 @@ class Program:
         self.name = name
         self.tier = initial_tier(mode, cuda)
         self.calls = 0
-        #: seconds spent running calls so far (see :data:`PROMOTE_SECONDS`)
+        #: seconds spent running in tier 1 so far (see :meth:`hot`)
         self.seconds = 0.0
+        #: timed runs by tier ("interpret", "compile"): count and fastest, by role
+        self.samples = {"interpret": timing.Samples(), "compile": timing.Samples()}
+        #: the measurement's verdict once made: {"tier1_s", "tier2_s", "kept"} (one call's
+        #: fastest time in each tier, summed over the roles compared)
+        self.measured: dict | None = None
+        #: whether this program measures tier 2 against tier 1 (:data:`MEASURE` when made)
+        self.measuring = MEASURE
+        self._budget: tuple[int, float] | None = None
         self._exe: dict[str, Executable] = {}
+        self._tier1: dict[str, Executable] = {}  # tier-1 executables replaced by tier 2
+        self._trial: dict[str, Executable] | None = None  # tier 2's, while tier 1 is timed
+        self._warm: set[int] = set()  # ids of tier-2 executables that ran once
+        self._quick: threading.Thread | None = None  # a promotion that loads cached code
         self._lock = threading.Lock()
+        timing.install()
 
     # ------------------------------------------------------------------ executables
     def executable(self, role: str, graph_of: Callable[[str], Graph]) -> Executable:
         """The executable of ``role`` in the current tier, built on first need from
         ``graph_of(role)``."""
+        return owning(self._get(role, graph_of))  # PythonOp handles need an owner
+
+    def _get(self, role: str, graph_of: Callable[[str], Graph]) -> Executable:
         exe = self._exe.get(role)
         if exe is None:
             with self._lock:
@@ -135,11 +207,28 @@ class Program:
                     else:
                         exe = self.adopt(role, build(graph, self.tier))
                     self._exe[role] = exe
-        return owning(exe)  # tier 2 may swap in executables: PythonOp handles need an owner
+        return exe
 
     def executables(self) -> dict[str, Executable]:
         """The executables built so far, by role (a snapshot)."""
         return dict(self._exe)
+
+    def run(self, role: str, graph_of: Callable[[str], Graph], arrays: Sequence,
+            count: bool = True) -> list:
+        """Run the executable of ``role`` on ``arrays`` and time it for the policy
+        (:meth:`called`); ``count=False`` for a backward run (not a call)."""
+        quick = self._quick
+        if quick is not None:  # cached code loads in less than the tier-1 call it saves
+            self._quick = None
+            t1 = self.samples["interpret"]
+            quick.join(min(QUICK_WAIT_S, 0.5 * t1.total(t1.best)))
+        exe = self._get(role, graph_of)
+        compiling = timing.compile_seconds()
+        start = timing.clock()
+        outs = owning(exe).run(arrays)
+        seconds = timing.clock() - start - (timing.compile_seconds() - compiling)
+        self.called(max(seconds, 0.0), count, role, run_tier(exe), exe)
+        return outs
 
     # ------------------------------------------------------------------ promotion check
     def adopt(self, role: str, exe: Executable) -> Executable:
@@ -157,28 +246,118 @@ class Program:
             if ok:
                 if self._exe.get(role) is checked:
                     self._exe[role] = checked.candidate
+                if checked.fallback is not None:  # the tier-1 tape the check ran
+                    self._tier1.setdefault(role, checked.fallback)
                 return
             self.tier = TIER1_MISMATCH
+            self._trial = None
             for r, exe in list(self._exe.items()):
                 if exe is checked:
                     self._exe[r] = checked.fallback
                 elif getattr(exe, "tier", None) in ("compile", "cuda"):
                     del self._exe[r]
 
-    # ------------------------------------------------------------------ promotion
-    def called(self, seconds: float, count: bool = True) -> None:
-        """Count one call (a backward run: ``count=False``) that ran ``seconds``; in
-        ``mode="auto"`` a program that has spent :data:`PROMOTE_SECONDS` in tier 1 over
-        at least :data:`PROMOTE_AFTER` calls is promoted."""
+    # ------------------------------------------------------------------ the policy
+    def called(self, seconds: float, count: bool = True, role: str = "main",
+               tier: str | None = "interpret", exe: Executable | None = None) -> None:
+        """Count one call (a backward run: ``count=False``) whose run of ``role`` took
+        ``seconds`` in ``tier`` (None: a run that times neither tier); then promote
+        (:meth:`hot`) or measure (:meth:`measure`) where the policy says so. The first
+        run of each tier-2 executable ``exe`` is not a sample (it may load code)."""
         self.calls += count
-        self.seconds += seconds
+        if tier == "interpret":
+            self.seconds += seconds
+            self.samples["interpret"].add(role, seconds)
+        elif tier == "compile":
+            if exe is None or id(exe) in self._warm:
+                self.samples["compile"].add(role, seconds)
+            else:
+                self._warm.add(id(exe))
         if self.mode == "auto" and self.tier == "interpret" and \
-                self.calls >= PROMOTE_AFTER and self.seconds >= PROMOTE_SECONDS and \
-                tier2() is not None:
-            # tier 2 compiles in a background thread; tier 1 runs until it is ready
-            self.tier = PROMOTING
-            self.promote()
+                self.calls >= PROMOTE_AFTER and tier2() is not None and self.hot():
+            with self._lock:
+                if self.tier != "interpret":
+                    return
+                # tier 2 compiles in a background thread; tier 1 runs until it is ready
+                self.tier = PROMOTING
+            thread = self.promote()
+            if PROMOTE_SECONDS is None and \
+                    self.budget() <= COMPILE_CACHED_S * len(self._exe) + 1e-9:
+                self._quick = thread
+        elif self.measuring and self.tier == "compile" and self.measured is None and \
+                tier is not None:
+            self.measure()
 
+    def budget(self) -> float:
+        """The tier-1 seconds after which this program is promoted: :data:`PROMOTE_SECONDS`
+        or the :func:`compile_estimate` of its graphs (kept while its roles stay)."""
+        if PROMOTE_SECONDS is not None:
+            return PROMOTE_SECONDS
+        if self._budget is None or self._budget[0] != len(self._exe):  # a role was added
+            exes = self.executables()
+            self._budget = (len(exes), compile_estimate([e.graph for e in exes.values()]))
+        return self._budget[1]
+
+    def hot(self) -> bool:
+        """Whether tier 1 has run long enough to promote: the time spent reached the
+        :meth:`budget` (ski rental), or one call (the fastest run of each role) costs
+        :data:`HEAVY_FRACTION` of it."""
+        budget = self.budget()
+        t1 = self.samples["interpret"]
+        return self.seconds >= budget or t1.total(t1.best) >= budget * HEAVY_FRACTION
+
+    def measure(self) -> None:
+        """Keep tier 2 only where it measured faster than tier 1 (:data:`MEASURE`).
+
+        Compared: the fastest of :data:`MEASURE_RUNS` runs of each role in tier 2 (fewer
+        where it is already :data:`CLEAR_RATIO` times faster) against its fastest run in
+        tier 1, summed over the roles. Tier-1 runs come from before the promotion; where
+        there are none (``mode="compile"``), those roles run a trial of
+        :data:`TRIAL_RUNS` calls in tier 1 (both tiers give the same results). Slower
+        or as fast: the program goes back to tier 1 for good (:data:`TIER1_SLOWER`).
+        """
+        t1, t2 = self.samples["interpret"], self.samples["compile"]
+        with self._lock:
+            if self.measured is not None or self.tier != "compile":
+                return
+            if self._trial is not None:  # tier 1 runs the trial's roles now
+                roles = list(self._trial)
+                if not all(t1.has(r) for r in roles) or (
+                        not all(t1.has(r, TRIAL_RUNS) for r in roles) and
+                        t1.total(roles) < CLEAR_RATIO * t2.total(roles)):
+                    return
+                self._decide(roles, t1.total(roles), t2.total(roles))
+                return
+            roles = [r for r in t2.count if r in self._exe]
+            if not roles or not all(t2.has(r) for r in roles):
+                return
+            known = [r for r in roles if t1.has(r)]
+            if known and (all(t2.has(r, MEASURE_RUNS) for r in known) or
+                          CLEAR_RATIO * t2.total(known) <= t1.total(known)):
+                self._decide(known, t1.total(known), t2.total(known))
+            elif not known and all(t2.has(r, MEASURE_RUNS) for r in roles):
+                # mode="compile": no tier-1 runs yet; time a few (its results are the same)
+                self._trial = {}
+                for r in roles:
+                    self._trial[r] = self._exe[r]
+                    self._exe[r] = self._tier1.get(r) or build(self._exe[r].graph, "interpret")
+
+    def _decide(self, roles: list[str], tier1_s: float, tier2_s: float) -> None:
+        """The measurement's verdict (called holding the lock)."""
+        kept = tier2_s < tier1_s
+        self.measured = {"tier1_s": tier1_s, "tier2_s": tier2_s, "kept": kept,
+                         "roles": roles}
+        trial, self._trial = self._trial, None
+        if kept:
+            if trial:
+                self._exe.update(trial)
+            return
+        self.tier = TIER1_SLOWER
+        for r, exe in list(self._exe.items()):
+            if run_tier(exe) != "interpret":
+                self._exe[r] = self._tier1.get(r) or build(exe.graph, "interpret")
+
+    # ------------------------------------------------------------------ promotion
     def promote(self) -> threading.Thread:
         """Compile the executables this program already uses with tier 2, in a daemon
         thread, and swap them in when ready (each checked against tier 1 on its first
@@ -215,6 +394,9 @@ class Program:
             return
         with self._lock:  # each one's first run is checked against tier 1
             for role, new in built.items():
+                old = self._exe.get(role)
+                if old is not None and run_tier(old) == "interpret":
+                    self._tier1[role] = old  # kept for the way back (measured slower)
                 self._exe[role] = self.adopt(role, new)
             self.tier = "compile"
 

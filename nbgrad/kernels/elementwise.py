@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import codegen
-from . import scalar, vecmath
+from . import parallel, scalar, vecmath
 from .layout import c_contiguous
 
 #: CPU code calls these vectorisable versions (:mod:`nbgrad.kernels.vecmath`) instead of
@@ -414,12 +414,28 @@ def kernel_function(prefix: str, name: str):
     return fn
 
 
+def _split(fn, n: int, args: tuple, sliced: tuple[int, ...]) -> bool:
+    """Run ``fn(*args)`` on several threads if ``n`` elements should (the arrays at the
+    positions ``sliced`` cut into blocks, :mod:`nbgrad.kernels.parallel`); else False."""
+    threads = parallel.threads(n)
+    if threads <= 1:
+        return False
+
+    def part(lo: int, hi: int) -> None:
+        fn(*(a[lo:hi] if k in sliced else a for k, a in enumerate(args)))
+
+    parallel.run_blocks(part, n, threads)
+    return True
+
+
 def run_unary(name: str, x: np.ndarray, out_dtype: np.dtype, p0: float = 0.0,
               p1: float = 0.0) -> np.ndarray:
     fn = _FUNCS.get("unary_" + name) or kernel_function("unary", name)
     xs = x if x.flags.c_contiguous else c_contiguous(x)
     out = np.empty(xs.shape, out_dtype)
-    fn(xs.reshape(-1), out.reshape(-1), p0, p1)
+    args = (xs.reshape(-1), out.reshape(-1), p0, p1)
+    if xs.size < parallel.MIN_SIZE or not _split(fn, xs.size, args, (0, 1)):
+        fn(*args)
     return out
 
 
@@ -432,19 +448,27 @@ def run_binary(name: str, a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> 
     ashape, bshape = a.shape, b.shape
     if ashape == bshape:
         out = np.empty(ashape, out_dtype)
-        fn(a.reshape(-1), b.reshape(-1), out.reshape(-1), 0, EMPTY, EMPTY, EMPTY)
+        args = (a.reshape(-1), b.reshape(-1), out.reshape(-1), 0, EMPTY, EMPTY, EMPTY)
+        if out.size < parallel.MIN_SIZE or not _split(fn, out.size, args, (0, 1, 2)):
+            fn(*args)
         return out
     if not bshape:  # array op scalar
         out = np.empty(ashape, out_dtype)
-        fn(a.reshape(-1), b.reshape(1), out.reshape(-1), 1, EMPTY, EMPTY, EMPTY)
+        args = (a.reshape(-1), b.reshape(1), out.reshape(-1), 1, EMPTY, EMPTY, EMPTY)
+        if out.size < parallel.MIN_SIZE or not _split(fn, out.size, args, (0, 2)):
+            fn(*args)
         return out
     shape = broadcast_shape(name, ashape, bshape)
     out = np.empty(shape, out_dtype)
     if b.size == 1 and ashape == shape:
-        fn(a.reshape(-1), b.reshape(-1), out.reshape(-1), 1, EMPTY, EMPTY, EMPTY)
+        args = (a.reshape(-1), b.reshape(-1), out.reshape(-1), 1, EMPTY, EMPTY, EMPTY)
+        if out.size < parallel.MIN_SIZE or not _split(fn, out.size, args, (0, 2)):
+            fn(*args)
     elif a.size == 1 and bshape == shape:
-        fn(a.reshape(-1), b.reshape(-1), out.reshape(-1), 2, EMPTY, EMPTY, EMPTY)
-    elif out.size:
+        args = (a.reshape(-1), b.reshape(-1), out.reshape(-1), 2, EMPTY, EMPTY, EMPTY)
+        if out.size < parallel.MIN_SIZE or not _split(fn, out.size, args, (1, 2)):
+            fn(*args)
+    elif out.size:  # the general broadcast: serial
         fn(a.reshape(-1), b.reshape(-1), out.reshape(-1), 3, np.asarray(shape, np.int64),
            broadcast_strides(ashape, shape), broadcast_strides(bshape, shape))
     return out
@@ -457,13 +481,18 @@ def run_ternary(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray,
     if c.shape == a.shape and (a.shape == b.shape or not b.shape):
         out = np.empty(a.shape, out_dtype)
         mode = 0 if a.shape == b.shape else 1
-        fn(c.reshape(-1), a.reshape(-1), b.reshape(-1), out.reshape(-1), mode,
-           EMPTY, EMPTY, EMPTY, EMPTY)
+        args = (c.reshape(-1), a.reshape(-1), b.reshape(-1), out.reshape(-1), mode,
+                EMPTY, EMPTY, EMPTY, EMPTY)
+        if out.size < parallel.MIN_SIZE or \
+                not _split(fn, out.size, args, (0, 1, 2, 3) if mode == 0 else (0, 1, 3)):
+            fn(*args)
         return out
     if c.shape == b.shape and not a.shape:
         out = np.empty(b.shape, out_dtype)
-        fn(c.reshape(-1), a.reshape(-1), b.reshape(-1), out.reshape(-1), 2,
-           EMPTY, EMPTY, EMPTY, EMPTY)
+        args = (c.reshape(-1), a.reshape(-1), b.reshape(-1), out.reshape(-1), 2,
+                EMPTY, EMPTY, EMPTY, EMPTY)
+        if out.size < parallel.MIN_SIZE or not _split(fn, out.size, args, (0, 2, 3)):
+            fn(*args)
         return out
     shape = broadcast_shape(name, c.shape, a.shape, b.shape)
     out = np.empty(shape, out_dtype)

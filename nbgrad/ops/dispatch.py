@@ -6,10 +6,13 @@ for the tensors' device, and when gradients are needed calls the recorder that
 backward node), then the tracer of :mod:`nbgrad.jit`, in anomaly mode the observer
 (:func:`set_observer`) and, while a forward-mode level is open, the tangent hook
 (:func:`set_forward`). This package never imports ``nbgrad.autograd``.
+:func:`apply_lean` is its shortcut for elementwise ops in the common case (no hooks,
+contiguous CPU float tensors of one dtype): the same outputs and record, less checking.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -154,6 +157,58 @@ def apply(op: OpDef, args: tuple):
     return outputs[0] if single else tuple(outputs)
 
 
+# -------------------------------------------------------------------- the lean path
+_F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
+#: the 0-d tensors of Python float operands on the lean path, by value (sign of zero
+#: included) and dtype: read-only, never given to the caller, so shared between ops
+_CONSTANTS: dict = {}
+
+
+def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | None:
+    """``apply`` of an elementwise op in the common case, else None (take the general path).
+
+    The common case: no tracer, anomaly observer or forward-mode level; C-contiguous CPU
+    tensors of one float dtype (float64 or float32); for a binary op ``other`` a tensor
+    of ``self``'s shape or 0-d, or a Python float (a weak scalar, as in
+    :func:`promote_operands`). The op's ``lean`` kernel (set where the op registers)
+    then runs on the arrays, and the recorder gets exactly what ``apply`` would give it.
+    """
+    lean = op.lean
+    if (lean is None or not isinstance(self, Tensor) or self._device is not cpu_device
+            or STATE_TRACE.tracer is not None or _observer is not None
+            or _forward is not None):
+        return None
+    x = self._data
+    dt = x.dtype
+    if not ((dt is _F64 or dt is _F32) and x.flags.c_contiguous):
+        return None
+    if not binary:
+        out = Tensor._make(lean(x))
+        if self._requires_grad and STATE.grad_enabled and op.differentiable:
+            _recorder(op, (self,), [out])
+        return out
+    if type(other) is float:
+        key = (float, other, dt) if other else (float, other, dt, math.copysign(1.0, other))
+        o = _CONSTANTS.get(key)
+        if o is None:
+            o = Tensor._make(scalar_constant(other, dt))
+            if len(_CONSTANTS) < 1024:
+                _CONSTANTS[key] = o
+        y = o._data
+    elif isinstance(other, Tensor):
+        y = other._data
+        if (other._device is not cpu_device or y.dtype is not dt
+                or (y.ndim and y.shape != x.shape) or not y.flags.c_contiguous):
+            return None
+        o = other
+    else:
+        return None
+    out = Tensor._make(lean(x, y))
+    if (self._requires_grad or o._requires_grad) and STATE.grad_enabled and op.differentiable:
+        _recorder(op, (self, o), [out])
+    return out
+
+
 # -------------------------------------------------------------------- argument helpers
 def as_tensor(value, dtype=None) -> Tensor:
     if isinstance(value, Tensor):
@@ -168,6 +223,8 @@ _SCALAR_TYPES = (bool, int, float, np.number, np.bool_)
 def scalar_constant(value, dtype: np.dtype) -> np.ndarray:
     """A read-only 0-d array for a Python scalar operand, cached for common values."""
     key = (type(value), value, dtype)
+    if value == 0 and isinstance(value, (float, np.floating)):
+        key += (math.copysign(1.0, value),)  # -0.0 == 0.0 (and hashes alike): keep the sign
     arr = _SCALARS.get(key)
     if arr is None:
         arr = np.asarray(value, dtype=dtype)

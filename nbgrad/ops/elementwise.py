@@ -15,10 +15,11 @@ import numpy as np
 from .. import dtypes
 from ..kernels import elementwise as ew
 from ..kernels import matrix as mk
+from ..kernels import parallel
 from ..kernels.layout import call_native
 from ..tensor import Tensor
 from .convert import to_dtype
-from .dispatch import apply, as_tensor, promote_operands
+from .dispatch import apply, apply_lean, as_tensor, promote_operands
 from .registry import get, kernel, op_function
 from .traits import Elementwise, NativePlan, Opaque, batching
 
@@ -33,6 +34,68 @@ def _prepare(kind: str, t: Tensor) -> Tensor:
     return t
 
 
+#: above this many elements (or from ``parallel.MIN_SIZE`` on) the lean kernels call the
+#: ops' own kernels, which may run on several threads
+LEAN_SIZE = 4096
+
+
+def _lean_unary(name: str, kind: str):
+    """The lean kernel (``OpDef.lean``) of a unary op without parameters: ``run_unary``
+    less its checks, for a C-contiguous float array."""
+    run, fn = ew.run_unary, None
+
+    def lean(x: np.ndarray) -> np.ndarray:
+        nonlocal fn
+        n = x.size
+        if n > LEAN_SIZE or n >= parallel.MIN_SIZE:
+            return run(name, x, _out_dtype(kind, x.dtype))
+        if fn is None:
+            fn = ew.kernel_function("unary", name)
+        out = np.empty(x.shape, _out_dtype(kind, x.dtype))
+        if x.ndim == 1:
+            fn(x, out, 0.0, 0.0)
+        else:
+            fn(x.reshape(-1), out.reshape(-1), 0.0, 0.0)
+        return out
+
+    return lean
+
+
+def _lean_binary(name: str, kind: str):
+    """The lean kernel (``OpDef.lean``) of a binary op: ``run_binary`` less its checks,
+    for C-contiguous arrays of one float dtype, ``b`` of ``a``'s shape or 0-d."""
+    run, fn, empty = ew.run_binary, None, ew.EMPTY
+
+    def lean(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        nonlocal fn
+        out_dtype = _out_dtype(kind, a.dtype)
+        n = a.size
+        if n > LEAN_SIZE or n >= parallel.MIN_SIZE:
+            return run(name, a, b, out_dtype)
+        if fn is None:
+            fn = ew.kernel_function("binary", name)
+        out = np.empty(a.shape, out_dtype)
+        flat = out if out.ndim == 1 else out.reshape(-1)
+        if b.ndim:
+            fn(a if a.ndim == 1 else a.reshape(-1), b if b.ndim == 1 else b.reshape(-1), flat,
+               0, empty, empty, empty)
+        else:
+            fn(a if a.ndim == 1 else a.reshape(-1), b.reshape(1), flat, 1, empty, empty, empty)
+        return out
+
+    return lean
+
+
+def _lean_op(name: str):
+    """The op ``name`` given its lean kernel: for the functions written below that take
+    the lean path (``apply_lean``) like the generated ones."""
+    spec = ew.BINARY.get(name) or ew.UNARY[name]
+    make = _lean_binary if name in ew.BINARY else _lean_unary
+    op = get(name)
+    op.lean = make(spec.name, spec.kind)
+    return op
+
+
 def _register_unary(spec: ew.ScalarOp):
     name, kind = spec.name, spec.kind
 
@@ -44,9 +107,11 @@ def _register_unary(spec: ew.ScalarOp):
     op = get(name)
     if spec.params or name in _EXPLICIT:
         return None  # ops with parameters define their public function below
+    op.lean = _lean_unary(name, kind)
 
     def unary(self):
-        return apply(op, (_prepare(kind, as_tensor(self)),))
+        out = apply_lean(op, self)
+        return apply(op, (_prepare(kind, as_tensor(self)),)) if out is None else out
 
     unary.__name__ = unary.__qualname__ = name
     unary.__doc__ = f"Elementwise ``{spec.expr}``."
@@ -54,6 +119,9 @@ def _register_unary(spec: ew.ScalarOp):
 
 
 def _apply_binary(op, kind: str, self, other) -> Tensor:
+    out = apply_lean(op, self, other, True)
+    if out is not None:
+        return out
     a, b = promote_operands(self, other)
     if kind == "float" and a._data.dtype.kind != "f":
         a, b = _prepare(kind, a), _prepare(kind, b)
@@ -76,9 +144,11 @@ def _register_binary(spec: ew.ScalarOp):
     op = get(name)
     if name in _EXPLICIT:
         return None
+    op.lean = _lean_binary(name, kind)
 
     def binary(self, other):
-        return _apply_binary(op, kind, self, other)
+        out = apply_lean(op, self, other, True)
+        return _apply_binary(op, kind, self, other) if out is None else out
 
     binary.__name__ = binary.__qualname__ = name
     binary.__doc__ = f"Elementwise ``{spec.expr}`` with NumPy broadcasting."
@@ -139,10 +209,13 @@ def bitwise_not(self) -> Tensor:
     return apply(get("bitwise_not"), (x,))
 
 
+_POW = _lean_op("pow")
+
+
 @op_function("pow")
 def pow(self, exponent) -> Tensor:  # noqa: A001
     """``self ** exponent`` with NumPy broadcasting."""
-    return _apply_binary(get("pow"), "float", self, exponent)
+    return _apply_binary(_POW, "float", self, exponent)
 
 
 def _scaled(other, alpha):
@@ -156,26 +229,43 @@ def _scaled(other, alpha):
     return as_tensor(other) * alpha if isinstance(other, np.ndarray) else other * alpha
 
 
+_ADD, _SUB = _lean_op("add"), _lean_op("sub")
+
+
 @op_function("add")
 def add(self, other, *, alpha=1) -> Tensor:
     """``self + alpha * other`` with NumPy broadcasting (``alpha``: torch's scale)."""
-    return _apply_binary(get("add"), "same", self, _scaled(other, alpha))
+    if alpha == 1 and type(alpha) is int:
+        out = apply_lean(_ADD, self, other, True)
+        if out is not None:
+            return out
+    return _apply_binary(_ADD, "same", self, _scaled(other, alpha))
 
 
 @op_function("sub")
 def sub(self, other, *, alpha=1) -> Tensor:
     """``self - alpha * other`` with NumPy broadcasting (``alpha``: torch's scale); two
     bool operands are refused, as NumPy and PyTorch refuse them."""
+    if alpha == 1 and type(alpha) is int:
+        out = apply_lean(_SUB, self, other, True)
+        if out is not None:
+            return out
     a, b = promote_operands(self, _scaled(other, alpha))
     if a._data.dtype.kind == "b" and b._data.dtype.kind == "b":
         raise TypeError("sub: subtracting bool tensors is not supported; use ^ "
                         "(bitwise_xor) or logical_xor")
-    return apply(get("sub"), (a, b))
+    return apply(_SUB, (a, b))
+
+
+_NEG = _lean_op("neg")
 
 
 @op_function("neg")
 def neg(self) -> Tensor:
     """``-self``; a bool tensor is refused (use ~ or logical_not), as NumPy and PyTorch."""
+    out = apply_lean(_NEG, self)
+    if out is not None:
+        return out
     x = as_tensor(self)
     if x._data.dtype.kind == "b":
         raise TypeError("neg: negating a bool tensor is not supported; use ~ "
@@ -186,12 +276,15 @@ def neg(self) -> Tensor:
 _ROUNDING = {"trunc": "trunc", "floor": "floor"}
 
 
+_DIV = _lean_op("div")
+
+
 @op_function("div")
 def div(self, other, *, rounding_mode: str | None = None) -> Tensor:
     """``self / other`` with NumPy broadcasting; ``rounding_mode`` ``'trunc'`` or
     ``'floor'`` rounds the quotient (as torch: integer inputs then give an integer
     result, and the gradient is zero)."""
-    q = _apply_binary(get("div"), "float", self, other)
+    q = _apply_binary(_DIV, "float", self, other)
     if rounding_mode is None:
         return q
     if rounding_mode not in _ROUNDING:

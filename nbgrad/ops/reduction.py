@@ -93,6 +93,10 @@ def _sum_dtype(dtype: np.dtype) -> np.dtype:
 
 
 def reduce_sum(x: np.ndarray, dim, keepdim: bool, op: str = "sum") -> np.ndarray:
+    if dim is None and not keepdim and x.dtype.kind == "f" and x.flags.c_contiguous:
+        out = np.empty(1, x.dtype)  # the whole array: arb_view's plan is A = B = 1
+        rk.sum_arb(x.reshape(-1), 1, x.size, 1, out)
+        return out.reshape(())
     dims = rk.normalize_dims(dim, x.ndim, op)
     flat, A, R, B, kept = rk.arb_view(x, dims)
     out_dtype = _sum_dtype(x.dtype)
@@ -209,6 +213,8 @@ def sum_to(self: Tensor, size) -> Tensor:
 def _sum_backward_kernel(g, sizes, dim, keepdim):
     sizes = tuple(sizes)
     dims = rk.normalize_dims(dim, len(sizes), "sum_backward")
+    if g.ndim == 0 and not keepdim and len(dims) == len(sizes):  # the whole input
+        return np.full(sizes, g, g.dtype)
     if not keepdim and sizes:  # a 0-d input (dim 0 or -1) has no dim to restore
         g = np.expand_dims(g, dims) if dims else g
     return c_contiguous(np.broadcast_to(g, sizes))

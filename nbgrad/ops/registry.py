@@ -31,7 +31,8 @@ class OpDef:
     __slots__ = ("name", "entry", "kernels", "view_of", "fn", "tensor_pos", "list_pos",
                  "attr_pos", "params", "diff_pos", "save_plan", "save_outputs",
                  "out_diff", "differentiable", "has_lists", "list_names", "record_plan",
-                 "attr_names", "all_tensors", "formula_names", "kind")
+                 "attr_names", "all_tensors", "formula_names", "kind", "lean",
+                 "record_slots", "run_backward")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -41,6 +42,12 @@ class OpDef:
         self.fn: Callable | None = None
         #: what executors need to know about the op (:mod:`nbgrad.ops.traits`)
         self.kind: Kind = OPAQUE
+        #: the CPU kernel of an elementwise op for dispatch's lean path (set where the op
+        #: registers): arrays in, array out, for the common case of ``dispatch.apply_lean``
+        self.lean: Callable | None = None
+        #: ``(node, grads) -> grads``: the backward of its nodes, set by nbgrad.autograd
+        #: on first use (``record.compile_backward``)
+        self.run_backward: Callable | None = None
 
     def kernel_for(self, target: str) -> Callable:
         k = self.kernels.get(target)
@@ -52,6 +59,7 @@ class OpDef:
     def bind(self, entry: Entry) -> None:
         """Precompute what dispatch needs from the table entry."""
         self.entry = entry
+        self.run_backward = None
         params = entry.schema.params
         self.params: tuple[Param, ...] = params
         self.tensor_pos = tuple(i for i, p in enumerate(params) if p.is_tensor)
@@ -78,6 +86,11 @@ class OpDef:
                                  for i, p in enumerate(params)
                                  if p.is_tensor or p.is_tensor_list)
         self.attr_names = tuple((i, params[i].name) for i in self.attr_pos)
+        #: {name: range(k, k + 1)}: the k-th tensor input is the one of formula ``name``
+        #: (shared by the backward nodes of an op without tensor lists)
+        self.record_slots = {name: range(k, k + 1)
+                             for k, (_i, name, _l, has_formula) in enumerate(self.record_plan)
+                             if has_formula}
         #: every name some formula of this op reads (run_formulas sets only these)
         self.formula_names = frozenset(n for f in entry.formulas.values() for n in f.arg_names)
         #: every parameter is a single tensor: the args tuple is the list of inputs

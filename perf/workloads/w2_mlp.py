@@ -8,9 +8,11 @@ compares the loss and the six gradients before the update.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
-from ..core import Impl, Output, require
+from ..core import Impl, Output, nbgrad_jit, require
 
 ID = "W2"
 NAME = "mlp"
@@ -97,13 +99,14 @@ def _build_nbgrad_eager(inp, p):
     return step
 
 
-def _build_nbgrad_jit(inp, p):
+def _build_nbgrad_jit(inp, p, mode=None):
     import nbgrad as nb
     import nbgrad.nn.functional as F
 
-    jit, value_and_grad = require(nb, "jit", "value_and_grad", what="nbgrad jit")
+    (value_and_grad,) = require(nb, "value_and_grad", what="nbgrad jit")
     require(F, "relu", "cross_entropy", what="nbgrad jit")
-    f = jit(value_and_grad(_nbgrad_loss(nb, F), argnums=(0, 1, 2, 3, 4, 5)))
+    f = nbgrad_jit(value_and_grad(_nbgrad_loss(nb, F), argnums=(0, 1, 2, 3, 4, 5)), mode,
+                   "nbgrad jit")
     params = [nb.tensor(inp[k]) for k in PARAMS]
     X, y = nb.tensor(inp["X"]), nb.tensor(inp["y"])
 
@@ -212,6 +215,10 @@ IMPLS = [
     Impl("numba", "floor", "hand-written Numba (floor)", _build_floor),
     Impl("nbgrad", "eager", "nbgrad eager", _build_nbgrad_eager),
     Impl("nbgrad", "jit", "nbgrad jit", _build_nbgrad_jit),
+    Impl("nbgrad", "jit-interpret", "nbgrad jit (tier 1 interpreter)",
+         partial(_build_nbgrad_jit, mode="interpret"), default=False),
+    Impl("nbgrad", "jit-compile", "nbgrad jit (tier 2 compiled)",
+         partial(_build_nbgrad_jit, mode="compile"), default=False),
     Impl("torch", "eager", "PyTorch eager", _build_torch),
     Impl("jax", "jit", "JAX jit", _build_jax),
     Impl("autograd", "eager", "HIPS autograd", _build_autograd),

@@ -17,7 +17,7 @@ from functools import partial
 
 import numpy as np
 
-from ..core import Impl, Mismatch, Output, require
+from ..core import Impl, Mismatch, Output, nbgrad_jit, require
 
 ID = "W5"
 NAME = "custom"
@@ -101,11 +101,10 @@ def _build_nbgrad_eager(inp, p):
     return step
 
 
-def _make_nbgrad_jit(inp, p, which: int, what: str):
+def _make_nbgrad_jit(inp, p, which: int, what: str, mode: str | None = None):
     import nbgrad as nb
 
-    jit, value_and_grad, fori_loop = require(
-        nb, "jit", "value_and_grad", "fori_loop", what=what)
+    value_and_grad, fori_loop = require(nb, "value_and_grad", "fori_loop", what=what)
     softclip = _nbgrad_functions()[which].apply
     steps = p["steps"]
 
@@ -113,7 +112,7 @@ def _make_nbgrad_jit(inp, p, which: int, what: str):
         x = fori_loop(0, steps, lambda i, x: 0.9 * x + 0.1 * softclip(x), x0)
         return x.sum()
 
-    f = jit(value_and_grad(loss))
+    f = nbgrad_jit(value_and_grad(loss), mode, what)
     x0 = nb.tensor(inp["x"])
 
     def step():
@@ -158,8 +157,8 @@ def _function_unsupported(exc: BaseException) -> str | None:
     return None
 
 
-def _build_nbgrad_jit_native(inp, p):
-    return _make_nbgrad_jit(inp, p, 0, "nbgrad jit (native custom Function)")
+def _build_nbgrad_jit_native(inp, p, mode=None):
+    return _make_nbgrad_jit(inp, p, 0, "nbgrad jit (native custom Function)", mode)
 
 
 def _build_nbgrad_jit_pythonop(inp, p):
@@ -279,6 +278,12 @@ IMPLS = [
     Impl("nbgrad", "eager", "nbgrad eager (Function)", _build_nbgrad_eager),
     Impl("nbgrad", "jit", "nbgrad jit (native Function, fori_loop)", _build_nbgrad_jit_native,
          inspect=_inspect_native, skip_when=_function_unsupported),
+    Impl("nbgrad", "jit-interpret", "nbgrad jit (native Function, tier 1 interpreter)",
+         partial(_build_nbgrad_jit_native, mode="interpret"), inspect=_inspect_native,
+         skip_when=_function_unsupported, default=False),
+    Impl("nbgrad", "jit-compile", "nbgrad jit (native Function, tier 2 compiled)",
+         partial(_build_nbgrad_jit_native, mode="compile"), inspect=_inspect_native,
+         skip_when=_function_unsupported, default=False),
     Impl("nbgrad", "jit-pythonop", "nbgrad jit (PythonOp Function, fori_loop)",
          _build_nbgrad_jit_pythonop, inspect=_inspect_pythonop,
          skip_when=_function_unsupported),

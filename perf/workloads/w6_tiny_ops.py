@@ -6,9 +6,11 @@ Eager per-op latency. The table also gives microseconds per op: the whole call
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
-from ..core import Impl, Output, require
+from ..core import Impl, Output, nbgrad_jit, require
 
 ID = "W6"
 NAME = "tiny_ops"
@@ -57,10 +59,10 @@ def _build_nbgrad_eager(inp, p):
     return step
 
 
-def _build_nbgrad_jit(inp, p):
+def _build_nbgrad_jit(inp, p, mode=None):
     import nbgrad as nb
 
-    jit, value_and_grad = require(nb, "jit", "value_and_grad", what="nbgrad jit")
+    (value_and_grad,) = require(nb, "value_and_grad", what="nbgrad jit")
     steps = p["steps"]
 
     def f(x):
@@ -69,7 +71,7 @@ def _build_nbgrad_jit(inp, p):
             y = y * A + B
         return y.sum()
 
-    g = jit(value_and_grad(f))
+    g = nbgrad_jit(value_and_grad(f), mode, "nbgrad jit")
     x = nb.tensor(inp["x"])
     return lambda: g(x)
 
@@ -139,6 +141,10 @@ IMPLS = [
     Impl("numba", "floor", "hand-written Numba (floor)", _build_floor),
     Impl("nbgrad", "eager", "nbgrad eager", _build_nbgrad_eager),
     Impl("nbgrad", "jit", "nbgrad jit", _build_nbgrad_jit),
+    Impl("nbgrad", "jit-interpret", "nbgrad jit (tier 1 interpreter)",
+         partial(_build_nbgrad_jit, mode="interpret"), default=False),
+    Impl("nbgrad", "jit-compile", "nbgrad jit (tier 2 compiled)",
+         partial(_build_nbgrad_jit, mode="compile"), default=False),
     Impl("torch", "eager", "PyTorch eager", _build_torch),
     Impl("jax", "jit", "JAX jit", _build_jax),
     Impl("autograd", "eager", "HIPS autograd", _build_autograd),

@@ -31,6 +31,7 @@ import numba
 import numpy as np
 
 from ... import codegen as _files
+from ...kernels import parallel
 from ...kernels.elementwise import SCALAR_IMPORT
 from ...ops.registry import REGISTRY
 from ..executable import Executable
@@ -62,7 +63,7 @@ Graph hash {ghash}. The graph (``compiled.graph(...)`` prints the same numbering
 import math
 
 import numpy as np
-from numba import njit, objmode
+from numba import njit, objmode, prange
 
 {scalar_import}
 
@@ -133,6 +134,8 @@ class Generated:
         self.fallbacks = fallbacks
         #: (global name, @njit function) bound in the module before it compiles
         self.natives: list[tuple[str, Any]] = []
+        #: the entry whose block loops run in parallel (``prange``), if any
+        self.par_entry: str | None = None
         self.hash = ghash
         self.stats = stats
 
@@ -164,12 +167,20 @@ def generate(graph: Graph, fastmath: frozenset[str] | bool = FASTMATH) -> Genera
     text += f"\n@njit(cache=True, {nogil}error_model=\"numpy\", fastmath={fm})\n"
     text += f"def {entry}({', '.join(params)}):\n"
     text += "\n".join(body) + "\n"
-    stats = {"regions": em.regions, "fused_nodes": em.fused_nodes,
+    par_entry = None
+    if em.blocked and not em.fallbacks:  # the same code, its block loops on Numba's threads
+        par_entry = entry + "_parallel"
+        text += (f"\n\n@njit(cache=True, nogil=True, error_model=\"numpy\", fastmath={fm}, "
+                 f"parallel={parallel.OPTIONS!r})\n")
+        text += f"def {par_entry}({', '.join(params)}):\n"
+        text += "\n".join(body) + "\n"
+    stats = {"regions": em.regions, "fused_nodes": em.fused_nodes, "blocked": em.blocked,
              "fallbacks": [n.op for _, n in em.fallbacks],
              "nodes": sum(1 for _ in graph.walk())}
     gen = Generated(graph, text, entry, params, [a for _, a in em.const_args],
                     em.fallbacks, ghash, stats)
     gen.natives = list(em.natives)
+    gen.par_entry = par_entry
     return gen
 
 
@@ -215,7 +226,12 @@ class CompiledGraph(Executable):
         super().__init__(gen.graph)
         self.generated = gen
         self.module = module
-        self.entry = getattr(module, gen.entry)
+        self.serial_entry = getattr(module, gen.entry)
+        #: the entry calls run: the parallel one where the graph has blocked loops and
+        #: Numba may use several threads (its results equal the serial entry's)
+        self.entry = self.serial_entry
+        if gen.par_entry and parallel.pool_size() > 1:
+            self.entry = getattr(module, gen.par_entry)
         self.const_args = gen.const_args
         self.in_specs = [(v.shape, v.dtype) for v in gen.graph.inputs]
         self.scalar_out = [v.shape == () for v in gen.graph.outputs]
@@ -252,6 +268,14 @@ class CompiledGraph(Executable):
                                              and not sum(st.cache_misses.values()))
         return self
 
+    def _serial(self):
+        """The serial entry, compiled on first use (where Numba's threads cannot run)."""
+        with _LOCK:
+            if not self.serial_entry.overloads:
+                self.serial_entry.compile(self.signature())
+                self.serial_entry.disable_compile()
+        return self.serial_entry
+
     # -------------------------------------------------------------- run
     def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         if not self._compiled:
@@ -269,7 +293,10 @@ class CompiledGraph(Executable):
                     not a.flags.aligned:
                 a = np.array(a, dtype=dtype, order="C", copy=True)
             args.append(a)
-        outs = self.entry(*args, *self.const_args)
+        entry = self.entry
+        if entry is not self.serial_entry and not parallel.numba_pool_usable():
+            entry = self._serial()
+        outs = entry(*args, *self.const_args)
         return [o.reshape(()) if s else o for o, s in zip(outs, self.scalar_out, strict=True)]
 
     def source(self) -> str:
@@ -315,3 +342,12 @@ def compile_graph(graph: Graph, *, fastmath: frozenset[str] | bool = FASTMATH,
     if not lazy:
         compiled.compile()
     return compiled
+
+
+def generated_before(graph: Graph) -> bool:
+    """Whether the cache folder holds a module :func:`compile_graph` wrote for ``graph``
+    (a hint that Numba's disk cache has its code: promoting it then costs little)."""
+    try:
+        return any(_files.cache_dir().glob(f"jit_{graph_hash(graph)}_*.py"))
+    except (OSError, TypeError, ValueError):  # an unhashable attribute, an unreadable folder
+        return False

@@ -34,7 +34,7 @@ import numpy as np
 from ...kernels import elementwise as ew
 from ...ops.traits import IndexScatter, Join, Kind, Matmul, Move, Opaque, Permute, View
 from ..trace.ir import CUSTOM_KINDS, LOOP, Graph, LoopInfo, Node, Var
-from . import fusion
+from . import blocked, fusion
 from .fusion import Access, Group, Reduction
 from .moves import MovesEmitter, NotNative
 from .ops import OpsEmitter
@@ -94,6 +94,9 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
         self.loop_depth = 0
         self.regions = 0
         self.fused_nodes = 0
+        #: regions written as blocked loops (:mod:`.blocked`): the parallel entry pays
+        self.blocked = 0
+        self.region_sums = blocked.RegionSums()
         self.groups_total = 0
         #: name of a view made by a shape op -> the name of the array it views
         self.view_base: dict[str, str] = {}
@@ -334,6 +337,7 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
             if id(red.src) not in inside:
                 inside[id(red.src)] = operand(Access(red.src, tuple(range(nd))))[0]
         held: list[tuple[str, Var]] = []  # accumulators in use until the nest is written
+        self.region_sums = blocked.RegionSums()
         for red in grp.reductions:
             held += self.emit_reduction(red, grp, scope, inside, code, pre, post)
 
@@ -361,7 +365,8 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
             ", ".join(n.op for n in grp.nodes) + \
             ("" if not grp.reductions else " -> " + ", ".join(r.node.op for r in grp.reductions))
         self.line(f"# {title}")
-        self.write_nest(shape, code, pre, post)
+        if not blocked.write(self, shape, code, pre, post, self.region_sums, big):
+            self.write_nest(shape, code, pre, post)
         if big is not None:
             # sin/cos/tan of arguments beyond TRIG_MAX: the whole nest again with libm
             self.line(f"if {big}:")
@@ -418,6 +423,8 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
             p = min(red.reduced)
             acc = self.fresh_name(f"acc{self.num(out)}")
             pre[p].append(f"{acc} = {literal(0, acc_dt)}  # {comment}")
+            if p == 0:  # one partial per block if the region is blocked
+                self.region_sums.partial.append((acc, acc_dt, pre[p][-1]))
             # float sums through radd (reassociable): the loop vectorises
             code[nd].append(f"{acc} = radd({acc}, float({val}))" if acc_dt.kind == "f"
                             else f"{acc} += {val}")
@@ -432,6 +439,7 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
         # reduced dimensions between kept ones: accumulate into a zeroed array (the
         # output itself when it has the accumulator's dtype)
         s = self.store_array(out, scope)
+        self.region_sums.shared |= 0 in red.reduced
         direct = out.dtype == acc_dt and red.count is None
         tmp = Var(out.shape, acc_dt)
         acc = s.name if direct else scope.pool.alloc(tmp, f"acc{self.num(out)}")

@@ -123,12 +123,18 @@ class Mismatch:
 
 @contextlib.contextmanager
 def no_promotion_check() -> Iterator[None]:
-    """Tier 2 runs unverified (``nbgrad.jit.set_promotion_check(False)``), restored after."""
+    """Tier 2 runs unverified (``nbgrad.jit.set_promotion_check(False)``) and unmeasured
+    (``nbgrad.jit.program.MEASURE``: it is not swapped back for tier 1 on its timings),
+    both restored after."""
+    from ...jit import program as tiers
+
     switch = getattr(jit, "set_promotion_check", None)
     previous = switch(False) if switch is not None else None
+    measure, tiers.MEASURE = tiers.MEASURE, False
     try:
         yield
     finally:
+        tiers.MEASURE = measure
         if switch is not None:
             switch(previous)
 

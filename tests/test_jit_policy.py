@@ -1,0 +1,220 @@
+"""The tier policy of nbgrad.jit.program with injected timings (no timed assertions).
+
+Promotion by time spent in tier 1 (a slow graph at once, a fast one once its runs have
+cost the expected compile), runs timed without compile time, and the measurement after
+promotion: tier 2 stays only where it measured faster, in ``mode="auto"`` and in
+``mode="compile"``. Timings come from a fake clock that the executables advance.
+"""
+
+import numpy as np
+import pytest
+from numba.core import event
+
+import nbgrad as nb
+from nbgrad.jit import program, timing
+from nbgrad.jit.tier1.tape import TapeExecutable
+from nbgrad.jit.tier2 import codegen
+from nbgrad.jit.tier2.codegen import CompiledGraph
+
+
+def _graph(rng):
+    x = nb.tensor(rng.standard_normal(6))
+    jf = nb.jit(lambda t: (nb.sin(t) * 2.0 + t).sum(), mode="interpret")
+    jf(x)
+    (entry,) = jf._cache.values()
+    return (lambda role: entry.graph), [x.numpy()]
+
+
+@pytest.fixture
+def estimate(monkeypatch):
+    """Every graph is expected to take 1 s to compile (none is in the cache folder)."""
+    monkeypatch.setattr(program, "PROMOTE_SECONDS", None)
+    monkeypatch.setattr(program, "PROMOTE_AFTER", 1)
+    monkeypatch.setattr(program, "COMPILE_ESTIMATE", (1.0, 0.0))
+    monkeypatch.setattr(program, "HEAVY_FRACTION", 1 / 40)
+    monkeypatch.setattr(codegen, "generated_before", lambda g: False)
+    started = []
+    monkeypatch.setattr(program.Program, "promote", lambda self: started.append(self))
+    return started
+
+
+def _program(graph_of, mode="auto"):
+    prog = program.Program(mode, False, "test.f")
+    prog.executable("main", graph_of)
+    return prog
+
+
+def test_a_slow_graph_is_promoted_after_its_first_call_in_tier1(rng, estimate):
+    prog = _program(_graph(rng)[0])
+    prog.called(0.05)  # 50 ms: over 1/40 of the 1 s compile
+    assert estimate == [prog] and prog.tier == program.PROMOTING
+
+
+def test_a_fast_graph_is_promoted_once_its_runs_cost_the_compile(rng, estimate):
+    graph_of, _ = _graph(rng)
+    prog = _program(graph_of)
+    for _ in range(99):  # 10 ms calls: under 1/40 of the compile, so by time spent
+        prog.called(0.01)
+    assert estimate == [] and prog.tier == "interpret"
+    prog.called(0.01)  # 1 s spent
+    assert estimate == [prog]
+
+    tiny = _program(graph_of)
+    for _ in range(9_000):  # 0.1 ms calls
+        tiny.called(1e-4)
+    tiny.called(0.05, count=False)  # its backward runs count too (not as calls)
+    assert tiny.calls == 9_000 and estimate == [prog]
+    for _ in range(600):  # 1 s spent (and some rounding)
+        tiny.called(1e-4)
+    assert estimate == [prog, tiny]
+
+    compiled = _program(graph_of, "compile")  # only mode="auto" promotes
+    compiled.called(10.0)
+    assert estimate == [prog, tiny]
+
+
+def test_a_graph_in_the_cache_folder_is_promoted_sooner(rng, estimate, monkeypatch):
+    graph_of, _ = _graph(rng)
+    monkeypatch.setattr(codegen, "generated_before", lambda g: True)
+    prog = _program(graph_of)
+    assert prog.budget() == program.COMPILE_CACHED_S
+    prog.called(program.COMPILE_CACHED_S * program.HEAVY_FRACTION * 2)
+    assert estimate == [prog]
+
+
+def test_compile_time_inside_a_run_is_not_tier1_time(rng, monkeypatch):
+    """A run that compiles (the first after install loads the interpreter) is timed
+    without the compile, so it does not promote a fast graph."""
+    graph_of, arrays = _graph(rng)
+    now = [0.0]
+    monkeypatch.setattr(timing, "clock", lambda: now[0])
+    real = TapeExecutable.run
+
+    def run(self, arrays):
+        now[0] += 0.001  # the run itself
+        event.start_event("numba:compiler_lock")  # ... and a compile inside it
+        now[0] += 3.0
+        event.end_event("numba:compiler_lock")
+        return real(self, arrays)
+
+    monkeypatch.setattr(TapeExecutable, "run", run)
+    prog = program.Program("interpret", False, "test.f")
+    prog.run("main", graph_of, arrays)
+    assert prog.seconds == pytest.approx(0.001)
+    assert prog.samples["interpret"].best["main"] == pytest.approx(0.001)
+
+
+# ------------------------------------------------------------------ the measurement
+@pytest.fixture
+def fake_times(monkeypatch):
+    """Tier-1 and tier-2 runs advance a fake clock by the seconds set in ``times``;
+    ``runs`` counts the runs of each tier."""
+    now = [0.0]
+    times = {"interpret": 0.001, "compile": 0.001}
+    runs = {"interpret": 0, "compile": 0}
+    monkeypatch.setattr(timing, "clock", lambda: now[0])
+    monkeypatch.setattr(program, "MEASURE", True)
+    for cls, tier in ((TapeExecutable, "interpret"), (CompiledGraph, "compile")):
+        def run(self, arrays, _real=cls.run, _tier=tier):
+            now[0] += times[_tier]
+            runs[_tier] += 1
+            return _real(self, arrays)
+        monkeypatch.setattr(cls, "run", run)
+    return times, runs
+
+
+def _f(x):
+    return (nb.sin(x) * nb.exp(-x * x) + nb.tanh(x)).sum()
+
+
+def _calls(f, x, n):
+    want_v, want_g = nb.value_and_grad(_f)(x)
+    for _ in range(n):
+        v, g = f(x)
+        np.testing.assert_allclose(v.numpy(), want_v.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(g.numpy(), want_g.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("slower", [True, False])
+def test_auto_keeps_tier2_only_where_it_measured_faster(fake_times, monkeypatch, slower):
+    times, runs = fake_times
+    times["compile"] = 0.010 if slower else 0.0001
+    monkeypatch.setattr(program, "PROMOTE_SECONDS", 0.0)
+    monkeypatch.setattr(program, "PROMOTE_AFTER", 1)
+    x = nb.tensor(np.linspace(-1.0, 2.5, 64))
+    f = nb.jit(nb.value_and_grad(_f))
+    _calls(f, x, 2)  # the trace, then one call in tier 1 that promotes
+    assert program.wait_for_promotions(timeout=240)
+    (entry,) = f._cache.values()
+    assert entry.tier == "compile"
+    _calls(f, x, 1 + program.MEASURE_RUNS)  # the first run of tier 2 is no sample
+    prog = entry.program
+    assert prog.measured is not None and prog.measured["kept"] is not slower
+    n2 = runs["compile"]
+    _calls(f, x, 3)  # correct results in the tier the measurement chose
+    if slower:
+        assert entry.tier == program.TIER1_SLOWER and runs["compile"] == n2
+        assert isinstance(prog.executables()["main"], TapeExecutable)
+    else:
+        assert entry.tier == "compile" and runs["compile"] == n2 + 3
+
+
+@pytest.mark.parametrize("slower", [True, False])
+def test_compile_mode_times_tier1_and_keeps_the_faster(fake_times, promotion_check, slower):
+    times, runs = fake_times
+    times["compile"] = 0.010 if slower else 0.0001
+    x = nb.tensor(np.linspace(-1.0, 2.5, 64))
+    f = nb.jit(nb.value_and_grad(_f), mode="compile")
+    # the trace; the checked first run; the first run of tier 2; its timed runs; a trial
+    # of tier 1 (stopped early where tier 1 is clearly slower)
+    _calls(f, x, 3 + program.MEASURE_RUNS + program.TRIAL_RUNS)
+    (entry,) = f._cache.values()
+    prog = entry.program
+    assert prog.measured is not None and prog.measured["kept"] is not slower
+    n1, n2 = runs["interpret"], runs["compile"]
+    _calls(f, x, 3)
+    if slower:
+        assert entry.tier == program.TIER1_SLOWER
+        assert runs["compile"] == n2 and runs["interpret"] == n1 + 3
+    else:
+        assert entry.tier == "compile"
+        assert runs["compile"] == n2 + 3 and runs["interpret"] == n1
+        assert isinstance(prog.executables()["main"], CompiledGraph)
+
+
+def test_no_measuring_when_switched_off(fake_times, monkeypatch):
+    times, _ = fake_times
+    times["compile"] = 0.010
+    monkeypatch.setattr(program, "MEASURE", False)
+    x = nb.tensor(np.linspace(-1.0, 2.5, 64))
+    f = nb.jit(nb.value_and_grad(_f), mode="compile")
+    _calls(f, x, 2 + program.MEASURE_RUNS + program.TRIAL_RUNS + 2)
+    (entry,) = f._cache.values()
+    assert entry.tier == "compile" and entry.program.measured is None
+
+
+def test_the_call_after_promoting_cached_code_waits_for_it_boundedly(rng, estimate,
+                                                                    monkeypatch):
+    """Loading code from the cache folder takes less than the tier-1 call it saves: the
+    next call waits for it, at most half a tier-1 call (and QUICK_WAIT_S), once."""
+    graph_of, arrays = _graph(rng)
+    waits = []
+
+    class Thread:
+        def join(self, timeout=None):
+            waits.append(timeout)
+
+    monkeypatch.setattr(program.Program, "promote", lambda self: Thread())
+    monkeypatch.setattr(codegen, "generated_before", lambda g: True)
+    prog = _program(graph_of)
+    prog.called(0.1)
+    assert prog.tier == program.PROMOTING and waits == []
+    prog.run("main", graph_of, arrays)
+    prog.run("main", graph_of, arrays)
+    assert waits == [min(program.QUICK_WAIT_S, 0.05)]
+
+    monkeypatch.setattr(codegen, "generated_before", lambda g: False)  # a real compile
+    other = _program(graph_of)
+    other.called(0.1)
+    other.run("main", graph_of, arrays)
+    assert other.tier == program.PROMOTING and len(waits) == 1

@@ -37,6 +37,7 @@ import numpy as np
 from ... import functional, jit
 from ...batching import vmap
 from ...errors import TracerError
+from ...jit import program as tiers
 from ...tensor import Tensor
 from .program import Program, to_source
 from .special import (
@@ -405,7 +406,6 @@ def run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor:
         warnings.simplefilter("ignore")
         try:
             if executor == "auto":
-                from ...jit import program as tiers
                 # promote by calls alone: the fuzzer's graphs run too briefly to be hot
                 seconds, tiers.PROMOTE_SECONDS = tiers.PROMOTE_SECONDS, 0.0
                 try:

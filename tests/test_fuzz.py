@@ -50,8 +50,13 @@ def check_block(first: int) -> None:
     """Every executor agrees on the programs of the seed block starting at ``first``."""
     seeds = [s for s in range(first, min(first + BLOCK, SEEDS.stop)) if s not in EXCLUDED]
     summary = run_seeds(seeds)
-    assert summary.tried.get("compile", 0) + summary.rejected >= len(seeds)
+    tried = summary.tried
+    assert tried.get("compile", 0) + summary.rejected >= len(seeds)
     assert not summary.failures, summary.text()
+    # tier 2 really ran them (it may refuse a graph and leave it to tier 1): a fuzzer
+    # that silently checked tier 1 twice would pass everything
+    for executor in ("compile", "auto"):
+        assert tried.get(f"{executor} on tier 2", 0) >= 0.75 * tried[executor], tried
 
 
 @pytest.mark.parametrize("first", range(SEEDS.start, SPLIT, BLOCK), ids=block_id)
@@ -320,6 +325,7 @@ def test_cli_fuzz_runs_prints_a_summary_and_fails_on_a_failure(monkeypatch, caps
 
 def test_executors_are_the_documented_ones():
     assert EXECUTORS == ("eager", "fd", "jvp", "vmap", "interpret", "compile", "auto")
+    assert diff_mod.EXTRA_EXECUTORS == ("blocked",)
 
 
 # ------------------------------------------------------------------ plain regressions

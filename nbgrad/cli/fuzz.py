@@ -11,12 +11,12 @@ from .errors import FAILED, CliError
 
 
 def _executors(text: str) -> tuple[str, ...]:
-    from ..testing.fuzz import EXECUTORS
+    from ..testing.fuzz import EXECUTORS, EXTRA_EXECUTORS
     names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in EXECUTORS]
+    unknown = [n for n in names if n not in EXECUTORS + EXTRA_EXECUTORS]
     if unknown or not names:
         raise CliError(f"--executors: unknown executor(s) {', '.join(unknown) or '(none)'}; "
-                       f"choose from {','.join(EXECUTORS)}")
+                       f"choose from {','.join(EXECUTORS + EXTRA_EXECUTORS)}")
     return names
 
 
@@ -28,7 +28,8 @@ def _executors(text: str) -> tuple[str, ...]:
               "printed so that the run can be repeated).")
 @click.option("--executors", default="eager,fd,jvp,vmap,interpret,compile,auto", show_default=True,
               metavar="NAMES", help="Comma-separated: eager, fd (finite differences), "
-              "interpret (tier 1), compile (tier 2), auto (after promotion).")
+              "interpret (tier 1), compile (tier 2), auto (after promotion), blocked (tier 2 "
+              "with every region it can block as a loop over small blocks).")
 @click.option("--max-steps", type=click.IntRange(min=1, max=12), default=4,
               show_default=True, help="Step families drawn per program.")
 @click.option("--max-programs", type=click.IntRange(min=1), default=None,

@@ -20,11 +20,12 @@ jumps of ``fmod``, ...: a smooth fallback replaces it), so a mismatch is always 
 """
 
 from .catalogue import FUZZ_OPS, FuzzOp, catalogue_entries, check_catalogue
-from .differential import EXECUTORS, Mismatch, check_program, check_programs
+from .differential import EXECUTORS, EXTRA_EXECUTORS, Mismatch, check_program, check_programs
 from .generate import FAMILIES, generate, programs
 from .program import GAP, MAX_SIZE, Builder, Leaf, Program, Step, leaf_value, to_source
 
-__all__ = ["EXECUTORS", "FAMILIES", "FUZZ_OPS", "GAP", "MAX_SIZE", "Builder", "FuzzOp",
+__all__ = ["EXECUTORS", "EXTRA_EXECUTORS", "FAMILIES", "FUZZ_OPS", "GAP", "MAX_SIZE",
+           "Builder", "FuzzOp",
            "Leaf", "Mismatch", "Program", "Step", "catalogue_entries", "check_catalogue",
            "check_program", "check_programs", "generate", "leaf_value", "programs",
            "to_source"]

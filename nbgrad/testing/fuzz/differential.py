@@ -6,7 +6,9 @@ float64, along random directions), ``jvp`` (forward mode: the directional deriva
 the loss by ``nbgrad.jvp`` against the eager gradient), ``vmap`` (the program and its
 gradient under ``nbgrad.vmap`` over two input sets against eager on each), ``interpret``
 (``nbgrad.jit(mode="interpret")``, tier 1), ``compile`` (``mode="compile"``, tier 2)
-and ``auto`` (``mode="auto"`` after the background promotion to tier 2). Every jitted
+``auto`` (``mode="auto"`` after the background promotion to tier 2), and, when named,
+``blocked`` (tier 2 with every region it can block written as a loop over small blocks,
+the code that runs arrays of ``nbgrad.kernels.parallel.MIN_SIZE`` elements and more). Every jitted
 function is called :data:`CALLS` times (the first call may take another path than later
 ones), the last time on slightly moved inputs; values, output dtypes and gradients must
 match eager each time.
@@ -38,6 +40,7 @@ from ... import functional, jit
 from ...batching import vmap
 from ...errors import TracerError
 from ...jit import program as tiers
+from ...kernels import parallel
 from ...tensor import Tensor
 from .program import Program, to_source
 from .special import (
@@ -51,6 +54,11 @@ from .special import (
 )
 
 EXECUTORS = ("eager", "fd", "jvp", "vmap", "interpret", "compile", "auto")
+#: executors run only when named: ``blocked`` is tier 2 with every fused region that can
+#: be written as a loop over blocks written so (:func:`blocked_everywhere`)
+EXTRA_EXECUTORS = ("blocked",)
+#: rows per block under ``blocked``, by seed: whole and ragged last blocks, one row each
+BLOCK_SIZES = (1, 2, 3, 5, 8)
 #: calls of each jitted function (the first traces; later ones run the compiled graph)
 CALLS = 3
 #: how far the inputs of the last call move (well inside the generator's GAP)
@@ -87,8 +95,8 @@ class Mismatch:
 
     def report(self) -> str:
         """The headline and a reproducer: the program as nbgrad code and as a Program."""
-        mode = {"interpret": "interpret", "compile": "compile", "auto": "auto"}.get(
-            self.executor)
+        mode = {"interpret": "interpret", "compile": "compile", "auto": "auto",
+                "blocked": "compile"}.get(self.executor)
         lines = [self.headline(), "", "# reproducer", to_source(self.program)]
         if self.shrunk_from:
             lines[2] += (f" (shrunk from the {self.shrunk_from} nodes of seed "
@@ -97,6 +105,10 @@ class Mismatch:
             promote = ("  # mode='auto' promotes a hot graph: set "
                        "nbgrad.jit.program.PROMOTE_SECONDS = 0, call it 3 times, then "
                        "nbgrad.jit.program.wait_for_promotions()") if mode == "auto" else ""
+            if self.executor == "blocked":
+                rows = BLOCK_SIZES[self.program.seed % len(BLOCK_SIZES)]
+                lines += ["from nbgrad.kernels import parallel  # every region blocked",
+                          f"parallel.MIN_SIZE, parallel.BLOCK = 1, {rows}"]
             lines += ["nb.jit.set_promotion_check(False)",
                       f"jf = nb.jit(f, mode={mode!r}){promote}",
                       f"for call in range({CALLS}):",
@@ -127,8 +139,6 @@ def no_promotion_check() -> Iterator[None]:
     """Tier 2 runs unverified (``nbgrad.jit.set_promotion_check(False)``) and unmeasured
     (``nbgrad.jit.program.MEASURE``: it is not swapped back for tier 1 on its timings),
     both restored after."""
-    from ...jit import program as tiers
-
     switch = getattr(jit, "set_promotion_check", None)
     previous = switch(False) if switch is not None else None
     measure, tiers.MEASURE = tiers.MEASURE, False
@@ -394,12 +404,34 @@ def vmapped(program: Program, refs: list[Result]) -> list[Mismatch] | None:
     return []
 
 
+@contextlib.contextmanager
+def blocked_everywhere(elements: int) -> Iterator[None]:
+    """Tier 2 writes every region it can block as a loop over blocks of about
+    ``elements`` elements (:mod:`nbgrad.jit.tier2.blocked`), as it does for arrays of
+    :data:`~nbgrad.kernels.parallel.MIN_SIZE` elements and more; restored after."""
+    saved = parallel.MIN_SIZE, parallel.BLOCK
+    parallel.MIN_SIZE, parallel.BLOCK = 1, elements
+    try:
+        yield
+    finally:
+        parallel.MIN_SIZE, parallel.BLOCK = saved
+
+
 def run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor: str
             ) -> tuple[list[Mismatch], bool]:
     """The programs in one jitted function under ``executor``; (mismatches, whether tier
-    2 ran: for ``auto``, whether the promotion happened)."""
+    2 ran: for ``auto``, whether the promotion happened; for ``blocked``, whether it
+    wrote a region as a loop over blocks)."""
+    if executor == "blocked":
+        with blocked_everywhere(BLOCK_SIZES[programs[0].seed % len(BLOCK_SIZES)]):
+            return _run_jit(programs, refs, executor)
+    return _run_jit(programs, refs, executor)
+
+
+def _run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor: str
+             ) -> tuple[list[Mismatch], bool]:
     fn = batch_function(programs)
-    jitted = jit(fn, mode=executor)
+    jitted = jit(fn, mode="compile" if executor == "blocked" else executor)
     found: list[Mismatch] = []
     call = 0
     with warnings.catch_warnings():
@@ -422,7 +454,7 @@ def run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor:
                     found += _compare(g, ref[call - 1], p, executor, call)
                 if found:
                     break
-            if not found and executor in ("interpret", "compile") and all(
+            if not found and executor in ("interpret", "compile", "blocked") and all(
                     len(ref) > CALLS and ref[CALLS] is not None for ref in refs):
                 call = SPECIAL_CALL
                 got, arrays = _special_run(jitted, programs)
@@ -430,13 +462,18 @@ def run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor:
                     found += _compare_special(g, ref[CALLS], p, executor, xs)
         except Exception as exc:
             found.append(_raised(exc, programs[0], executor, call))
-    return found, ran_tier2(jitted)
+    tier2 = ran_tier2(jitted)
+    if executor == "blocked":  # counted only where tier 2 wrote a loop over blocks
+        tier2 = tier2 and any(getattr(getattr(x, "inner", x), "stats", {}).get("blocked")
+                              for e in jitted._cache.values()
+                              for x in e.program.executables().values())
+    return found, tier2
 
 
 def ran_tier2(jitted) -> bool:
     """Whether a jitted function's executables are generated code (tier 2)."""
     exes = [x for e in getattr(jitted, "_cache", {}).values()
-            for x in getattr(e, "_exe", {}).values()]
+            for x in e.program.executables().values()]
     return bool(exes) and all(getattr(getattr(x, "inner", x), "tier", None) == "compile"
                               for x in exes)
 
@@ -495,7 +532,7 @@ def check_programs(programs: Sequence[Program], executors: Sequence[str] = EXECU
             if "interpret" in executors:
                 _count(stats, "interpret")
                 found += run_jit([p], [refs], "interpret")[0]
-        for executor in ("compile", "auto"):
+        for executor in ("compile", "auto", "blocked"):
             if executor not in executors:
                 continue
             start = time.perf_counter()

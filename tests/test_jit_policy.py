@@ -9,20 +9,13 @@ promotion: tier 2 stays only where it measured faster, in ``mode="auto"`` and in
 import numpy as np
 import pytest
 from numba.core import event
+from test_jit_program import _graph
 
 import nbgrad as nb
 from nbgrad.jit import program, timing
 from nbgrad.jit.tier1.tape import TapeExecutable
 from nbgrad.jit.tier2 import codegen
 from nbgrad.jit.tier2.codegen import CompiledGraph
-
-
-def _graph(rng):
-    x = nb.tensor(rng.standard_normal(6))
-    jf = nb.jit(lambda t: (nb.sin(t) * 2.0 + t).sum(), mode="interpret")
-    jf(x)
-    (entry,) = jf._cache.values()
-    return (lambda role: entry.graph), [x.numpy()]
 
 
 @pytest.fixture

@@ -19,10 +19,28 @@ _BACKWARD: Callable | None = None  # nbgrad.autograd's backward (see install_aut
 _RETAIN_GRAD: Callable | None = None  # keeps a non-leaf's .grad (nbgrad.autograd.node)
 
 
+def _no_lean(op: Any, self: Any, other: Any = None, binary: bool = False) -> None:
+    return None
+
+
+#: ``nbgrad.ops.dispatch.apply_lean`` and the ops ``+ - * / ** -`` try it with first
+#: (see install_lean); it answers None outside its common case
+_LEAN: Callable = _no_lean
+_LEAN_OPS: dict[str, Any] = dict.fromkeys(("add", "sub", "mul", "div", "pow", "neg"))
+
+
 def install_ops(ops: Any) -> None:
     """Called by :mod:`nbgrad.ops` at import: the namespace the operators dispatch to."""
     global _OPS
     _OPS = ops
+
+
+def install_lean(apply_lean: Callable, ops: dict[str, Any]) -> None:
+    """Called by :mod:`nbgrad.ops.elementwise` at import: the lean path of the operators
+    (the ops' public functions, which try it first too, take every other case)."""
+    global _LEAN
+    _LEAN_OPS.update(ops)
+    _LEAN = apply_lean
 
 
 def install_autograd(backward: Callable, retain_grad: Callable) -> None:
@@ -118,7 +136,8 @@ class Tensor:
     def _make(cls, data, requires_grad: bool = False, grad_fn=None, output_nr: int = 0,
               device: Device = cpu_device, version_box: list | None = None,
               base: Tensor | None = None) -> Tensor:
-        """Wrap an array without checks (the fast path used by the ops)."""
+        """Wrap an array without checks (the fast path used by the ops; with only
+        ``data``, :func:`wrap_array` does the same faster: keep the two in step)."""
         t = object.__new__(cls)
         t._data = data
         t._requires_grad = requires_grad
@@ -380,25 +399,29 @@ class Tensor:
 
     # ------------------------------------------------------------------ operators
     def __add__(self, other):
-        return _OPS.add(self, other)
+        out = _LEAN(_LEAN_OPS["add"], self, other, True)
+        return _OPS.add(self, other) if out is None else out
 
     def __radd__(self, other):
         return _OPS.add(other, self)
 
     def __sub__(self, other):
-        return _OPS.sub(self, other)
+        out = _LEAN(_LEAN_OPS["sub"], self, other, True)
+        return _OPS.sub(self, other) if out is None else out
 
     def __rsub__(self, other):
         return _OPS.sub(other, self)
 
     def __mul__(self, other):
-        return _OPS.mul(self, other)
+        out = _LEAN(_LEAN_OPS["mul"], self, other, True)
+        return _OPS.mul(self, other) if out is None else out
 
     def __rmul__(self, other):
         return _OPS.mul(other, self)
 
     def __truediv__(self, other):
-        return _OPS.div(self, other)
+        out = _LEAN(_LEAN_OPS["div"], self, other, True)
+        return _OPS.div(self, other) if out is None else out
 
     def __rtruediv__(self, other):
         return _OPS.div(other, self)
@@ -406,7 +429,8 @@ class Tensor:
     __rdiv__ = __rtruediv__  # the Python 2 name, still called by PyTorch-style code
 
     def __pow__(self, other):
-        return _OPS.pow(self, other)
+        out = _LEAN(_LEAN_OPS["pow"], self, other, True)
+        return _OPS.pow(self, other) if out is None else out
 
     def __rpow__(self, other):
         return _OPS.pow(other, self)
@@ -430,7 +454,8 @@ class Tensor:
         return _OPS.remainder(other, self)
 
     def __neg__(self):
-        return _OPS.neg(self)
+        out = _LEAN(_LEAN_OPS["neg"], self)
+        return _OPS.neg(self) if out is None else out
 
     def __pos__(self):
         return self
@@ -539,3 +564,24 @@ class _TraceState(threading.local):
 
 
 STATE_TRACE = _TraceState()
+
+
+def wrap_array(data: np.ndarray) -> Tensor:
+    """``Tensor._make(data)``, a CPU tensor without history around ``data``, with less
+    call overhead (the lean dispatch path makes one per op)."""
+    t = _new(Tensor)
+    t._data = data
+    t._requires_grad = False
+    t.grad = None
+    t.grad_fn = None
+    t._output_nr = 0
+    t._version_box = [0]
+    t._base = None
+    t._accumulator = None
+    t._retains_grad = False
+    t._hooks = None
+    t._device = cpu_device
+    return t
+
+
+_new = object.__new__

@@ -4,21 +4,42 @@ graphs, gradients and errors, and the lean path is taken only in its common case
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import nbgrad as nb
-from nbgrad.autograd import record
+from nbgrad.autograd import engine, record
+from nbgrad.ops import dispatch
 from nbgrad.ops.registry import REGISTRY
 
 
+class _NoNode:
+    """No node is of this type: in place of ``engine.OpNode``, it turns the engine's
+    inlined common case off (every node through ``GraphTask.execute``)."""
+
+
 def _general(monkeypatch) -> None:
-    """Turn the lean path and the compiled backwards off: every op takes the general path."""
+    """Turn the lean path, the compiled recorders and backwards and the engine's inlined
+    common case off: every op and node takes the general path."""
     for op in list(REGISTRY.values()):
-        if op.lean is not None:
-            monkeypatch.setattr(op, "lean", None)
+        monkeypatch.setattr(op, "lean", None)
+        monkeypatch.setattr(op, "run_record", None)
         if op.entry is not None:
             monkeypatch.setattr(op, "run_backward", record.run_formulas)
+    monkeypatch.setattr(dispatch, "_recorder", record._record_general)
+    monkeypatch.setattr(engine, "OpNode", _NoNode)
+
+
+@contextlib.contextmanager
+def general_path():
+    """``_general`` for the length of a ``with`` block."""
+    with pytest.MonkeyPatch.context() as mp:
+        _general(mp)
+        yield
 
 
 def _spy(monkeypatch) -> list:
@@ -186,3 +207,109 @@ def test_signed_zero_scalars_keep_their_sign():
             want = np.array([1.0, -1.0], dtype) * np.asarray(scalar, dtype)
             assert (x * scalar).numpy().tobytes() == want.tobytes(), (dtype, scalar)
             assert (scalar * x).numpy().tobytes() == want.tobytes(), (dtype, scalar)
+
+
+def test_wrap_array_is_make():
+    """The lean path's ``wrap_array`` sets every slot as ``Tensor._make`` does."""
+    from nbgrad.tensor import Tensor, wrap_array
+
+    data = np.arange(3.0)
+    a, b = wrap_array(data), Tensor._make(data)
+    for name in Tensor.__slots__:
+        if name not in ("__weakref__", "_data"):
+            assert getattr(a, name) == getattr(b, name), name
+    assert a._data is b._data is data and a._version_box is not b._version_box
+
+
+# ------------------------------------------------------- random programs, both paths
+#: element values: signed zeros, and numbers whose products and quotients round
+VALUES = [0.0, -0.0, 0.5, -1.25, 2.0, 3.0, -0.3, 7.1]
+#: broadcast against each other; "T" is a transposed (not C-contiguous) (2, 3)
+SHAPES = [(2, 3), (3,), (2, 1), (), "T"]
+SCALARS = [0.0, -0.0, 1.5, -2.0, 0.1, 1]
+PROGRAM_OPS = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b, "pow": lambda a, b: nb.abs(a) ** b,
+    "nb.mul": lambda a, b: nb.mul(a, b), "nb.add-alpha": lambda a, b: nb.add(a, b, alpha=2),
+    "maximum": lambda a, b: nb.maximum(a, b) if isinstance(b, nb.Tensor) else a,
+    "rsub": lambda a, b: 1.5 - a, "neg": lambda a, b: -a, "exp": lambda a, b: nb.exp(a),
+    "tanh": lambda a, b: nb.tanh(a), "sum-keep": lambda a, b: a.sum(0, keepdim=True)
+    if a.ndim else a,
+    "unbind-last": lambda a, b: a.unbind(0)[-1] if a.ndim else a,  # several outputs
+}
+
+
+@st.composite
+def _programs(draw):
+    dtype = draw(st.sampled_from([np.float64, np.float32]))
+    inputs = []
+    for _ in range(draw(st.integers(1, 3))):
+        shape = draw(st.sampled_from(SHAPES))
+        n = 6 if shape == "T" else int(np.prod(shape))
+        values = draw(st.lists(st.sampled_from(VALUES), min_size=n, max_size=n))
+        other = draw(st.sampled_from([None, None, None, np.float32, np.float64]))
+        inputs.append((shape, values, other or dtype,
+                       draw(st.sampled_from([True, True, True, False]))))
+    steps = draw(st.lists(st.tuples(st.sampled_from(sorted(PROGRAM_OPS)), st.integers(0, 9),
+                                    st.one_of(st.integers(0, 9), st.sampled_from(SCALARS))),
+                          min_size=1, max_size=6))
+    return inputs, steps, draw(st.booleans())
+
+
+def _bits(t) -> tuple | None:
+    """A tensor as exactly comparable data: dtype, shape, bytes (signed zeros, NaNs)."""
+    if t is None:
+        return None
+    a = t.detach().numpy()
+    return str(a.dtype), a.shape, np.ascontiguousarray(a).tobytes(), t.requires_grad
+
+
+def _execute(program) -> list:
+    """Values, gradients (``grad``, then ``backward`` into ``.grad``) and, with
+    ``double``, gradients of gradients of a random program; an error as its message."""
+    inputs, steps, double = program
+    leaves = []
+    for shape, values, dtype, requires_grad in inputs:
+        if shape == "T":
+            data = np.array(values, dtype).reshape(3, 2).T
+        else:
+            data = np.array(values, dtype).reshape(shape)
+        leaves.append(nb.tensor(data, requires_grad=requires_grad))
+    pool = list(leaves)
+    try:
+        for name, i, j in steps:
+            other = pool[j % len(pool)] if type(j) is int else j
+            pool.append(PROGRAM_OPS[name](pool[i % len(pool)], other))
+        seen = [_bits(t) for t in pool]
+        out = pool[-1]
+        wrt = [t for t in leaves if t.requires_grad]
+        if not (out.requires_grad and wrt):
+            return seen
+        rng = np.random.default_rng(0)
+        g = nb.tensor(rng.choice(VALUES, out.shape).astype(out.dtype))
+        grads = nb.autograd.grad(out, wrt, g, allow_unused=True, retain_graph=True,
+                                 create_graph=double)
+        seen += [_bits(x) for x in grads]
+        if double:
+            total = [(x * x).sum() for x in grads if x is not None and x.requires_grad]
+            if total:
+                seen += [_bits(x) for x in nb.autograd.grad(
+                    sum(total[1:], total[0]), wrt, allow_unused=True)]
+        else:
+            out.backward(g)
+            seen += [_bits(t.grad) for t in wrt]
+        return seen
+    except Exception as exc:  # both paths must fail alike
+        return [type(exc).__name__, str(exc)]
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(_programs())
+def test_random_programs_match_the_general_path(program):
+    """Random short programs of small ops (broadcast shapes, transposed and 0-d operands,
+    signed zeros, Python scalars, mixed dtypes, double backward) give bit for bit the
+    same values, gradients and errors on the lean path as on the general path."""
+    lean = _execute(program)
+    with general_path():
+        general = _execute(program)
+    assert lean == general

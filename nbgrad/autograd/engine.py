@@ -14,39 +14,46 @@ from .. import ops as _ops
 from ..grad_mode import set_grad_enabled
 from ..tensor import Tensor
 from .anomaly import ANOMALY, check_gradients
-from .node import AccumulateGrad, Node, accumulate_into
+from .node import RETAIN_GRAPH_MESSAGE, AccumulateGrad, Node, accumulate_into
+from .record import OpNode, compile_backward
 
 Edge = tuple[Node, int]
 
 
 def count_dependencies(roots: Sequence[Node],
-                       parents: dict[Node, list[Node]] | None = None) -> dict[Node, int]:
+                       parents: dict[Node, Node | list[Node]] | None = None) -> dict[Node, int]:
     """Number of incoming gradient edges of every node reachable from ``roots``; fills
-    ``parents``, when given, with the nodes having an edge to each reachable node."""
+    ``parents``, when given, with the nodes having an edge to each reachable node (one
+    node, or a list of them when there are several)."""
     deps: dict[Node, int] = {}
-    seen = set(roots)
-    stack = list(seen)
-    while stack:
+    starts = set(roots)
+    stack = list(starts)
+    while stack:  # a node is pushed when its first edge is seen (roots at the start)
         node = stack.pop()
         for edge in node.next_edges:
             if edge is None:
                 continue
             nxt = edge[0]
-            deps[nxt] = deps.get(nxt, 0) + 1
+            n = deps.get(nxt)
+            if n is None:
+                deps[nxt] = 1
+                if nxt not in starts:
+                    stack.append(nxt)
+            else:
+                deps[nxt] = n + 1
             if parents is not None:
                 above = parents.get(nxt)
                 if above is None:
-                    parents[nxt] = [node]
-                else:
+                    parents[nxt] = node
+                elif type(above) is list:
                     above.append(node)
-            if nxt not in seen:
-                seen.add(nxt)
-                stack.append(nxt)
+                else:
+                    parents[nxt] = [above, node]
     return deps
 
 
 def nodes_leading_to(roots: Sequence[Node], targets: set[Node],
-                     parents: dict[Node, list[Node]] | None = None) -> set[Node]:
+                     parents: dict[Node, Node | list[Node]] | None = None) -> set[Node]:
     """Nodes on some path from ``roots`` to a node of ``targets``: the targets reachable
     from ``roots`` and, following ``parents`` (as :func:`count_dependencies` fills it;
     computed when not given), every node above them."""
@@ -57,7 +64,15 @@ def nodes_leading_to(roots: Sequence[Node], targets: set[Node],
     needed = {t for t in targets if t in parents or t in starts}
     stack = list(needed)
     while stack:
-        for node in parents.get(stack.pop(), ()):
+        above = parents.get(stack.pop())
+        if above is None:
+            continue
+        if type(above) is not list:  # the common case: one node above
+            if above not in needed:
+                needed.add(above)
+                stack.append(above)
+            continue
+        for node in above:
             if node not in needed:
                 needed.add(node)
                 stack.append(node)
@@ -107,28 +122,70 @@ class GraphTask:
             self.add_gradient(node, nr, grad)
         ready = [(-n.seq, n) for n in root_nodes if deps.get(n, 0) == 0]
         heapq.heapify(ready)
+        push, pop = heapq.heappush, heapq.heappop
         buffers = self.buffers
+        buffers_pop = buffers.pop
+        # the nodes that may take the common case below: with captures (grad(),
+        # backward(inputs=...)) those leading to a capture, other than the captured ones
+        runnable = None if self.needed is None else self.needed - self.capture_nodes
+        if type(self).execute is not GraphTask.execute:  # a subclass decides each node
+            runnable = frozenset()
+        retain = self.retain_graph
         with set_grad_enabled(self.create_graph):
             while ready:
-                node = heapq.heappop(ready)[1]
+                node = pop(ready)[1]
                 while node is not None:
-                    self.execute(node, buffers.pop(node, []))
+                    grads = buffers_pop(node, None)
                     new = None
-                    for edge in node.next_edges:
-                        if edge is None:
-                            continue
-                        nxt = edge[0]
-                        left = deps[nxt] - 1
-                        deps[nxt] = left
-                        if left == 0:
-                            if new is None:
-                                new = nxt
-                            else:
-                                heapq.heappush(ready, (-nxt.seq, nxt))
+                    if (grads is not None and type(node) is OpNode
+                            and node._pre_hooks is None and node._retain is None
+                            and node._post_hooks is None
+                            and (runnable is None or node in runnable)
+                            and not ANOMALY._enabled):
+                        # the common case, ``execute`` inlined: a table op's node without
+                        # hooks; its gradients are sent on as deps are counted down
+                        if grads[0] is not None or any(g is not None for g in grads):
+                            if node.saved is None:
+                                raise RuntimeError(RETAIN_GRAPH_MESSAGE)
+                            op = node.op
+                            outs = (op.run_backward or compile_backward(op))(node, grads)
+                        else:  # no gradient arrived
+                            outs = [None] * len(node.next_edges)
+                        if not retain:
+                            node.saved = None
+                        for edge, grad in zip(node.next_edges, outs, strict=True):
+                            if edge is None:
+                                continue
+                            nxt, nr = edge
+                            if grad is not None:
+                                if nr == 0 and nxt not in buffers:  # its first gradient
+                                    buffers[nxt] = [grad]
+                                else:
+                                    self.add_gradient(nxt, nr, grad)
+                            left = deps[nxt] - 1
+                            deps[nxt] = left
+                            if left == 0:
+                                if new is None:
+                                    new = nxt
+                                else:
+                                    push(ready, (-nxt.seq, nxt))
+                    else:
+                        self.execute(node, [] if grads is None else grads)
+                        for edge in node.next_edges:
+                            if edge is None:
+                                continue
+                            nxt = edge[0]
+                            left = deps[nxt] - 1
+                            deps[nxt] = left
+                            if left == 0:
+                                if new is None:
+                                    new = nxt
+                                else:
+                                    push(ready, (-nxt.seq, nxt))
                     if new is None:
                         node = None
                     elif ready:
-                        heapq.heappush(ready, (-new.seq, new))
+                        push(ready, (-new.seq, new))
                         node = None
                     else:  # the only ready node: the heap would give it next
                         node = new
@@ -160,6 +217,8 @@ class GraphTask:
                 self.results[idx] = g
 
     def execute(self, node: Node, grads: list) -> None:
+        """Run ``node`` on its summed gradients and send its gradients on (``run``
+        inlines the common case)."""
         if (node._pre_hooks or node._retain or type(node) is AccumulateGrad
                 or node in self.capture_nodes):
             self._prepare(node, grads)

@@ -73,38 +73,69 @@ def record(op: OpDef, args: tuple, outputs: list[Tensor]) -> None:
     if op.has_lists or len(outputs) != 1:
         _record_general(op, args, outputs)
         return
-    # the common case, one output and no tensor lists: _record_general and _finish inlined
-    edges: list = []
-    meta: list = []
-    for i, _name, _is_list, has_formula in op.record_plan:
-        t = args[i]
-        if t is None:
-            edges.append(None)
-            meta.append(None)
-            continue
-        if has_formula and t._requires_grad:
-            fn = t.grad_fn
-            edges.append((fn, t._output_nr) if fn is not None else gradient_edge(t))
+    (op.run_record or compile_record(op))(op, args, outputs)
+
+
+def compile_record(op: OpDef):
+    """The recorder of an op with one output and no tensor lists (kept as
+    ``op.run_record``): ``_record_general`` unrolled over the op's tensor parameters,
+    with the node's fields set directly; ``input_meta`` only for inputs with an edge
+    (the backward reads no other)."""
+    lines = ["def record(op, args, outputs):"]
+    edges, metas = [], []
+    for k, (i, _name, _is_list, has_formula) in enumerate(op.record_plan):
+        edges.append(f"e{k}")
+        metas.append(f"m{k}")
+        if has_formula:  # the metadata is read only for a gradient's input
+            body = [f"if t{k}._requires_grad:",
+                    f"    fn = t{k}.grad_fn",
+                    f"    e{k} = (fn, t{k}._output_nr) if fn is not None "
+                    f"else gradient_edge(t{k})",
+                    f"    d = t{k}._data",
+                    f"    m{k} = (d.shape, d.dtype, t{k}._device)",
+                    "else:",
+                    f"    e{k} = m{k} = None"]
         else:
-            edges.append(None)
-        data = t._data
-        meta.append((data.shape, data.dtype, t._device))
-    out = outputs[0]
-    data = out._data
-    node = OpNode(op, edges, op.record_slots, meta,
-                  {name: args[i] for i, name in op.attr_names} if op.attr_names else _NO_ATTRS,
-                  [(data.shape, data.dtype)])
-    saved = {}
+            body = [f"e{k} = m{k} = None"]
+        lines.append(f"    t{k} = args[{i}]")
+        if op.params[i].optional:
+            lines += [f"    if t{k} is None:",
+                      f"        e{k} = m{k} = None",
+                      "    else:"]
+            lines += ["        " + b for b in body]
+        else:
+            lines += ["    " + b for b in body]
+    position = {i: k for k, (i, *_rest) in enumerate(op.record_plan)}
+    saved = []
     for i, name, need_value in op.save_plan:
-        t = args[i]  # a tensor's value saved as (tensor, version): see _unpack
-        saved[name] = (None if t is None else (t, t._version_box[0]) if need_value
-                       else SavedMeta(t))
+        t = f"t{position[i]}"
+        value = f"({t}, {t}._version_box[0])" if need_value else f"SavedMeta({t})"
+        saved.append(f"{name!r}: None if {t} is None else {value}" if op.params[i].optional
+                     else f"{name!r}: {value}")
+    saved += [f"{name!r}: SavedOutput(out, {name!r})" for _k, name in op.save_outputs]
+    attrs = ", ".join(f"{name!r}: args[{i}]" for i, name in op.attr_names)
+    lines += ["    out = outputs[0]",
+              "    d = out._data",
+              "    node = new(OpNode)",
+              f"    node.next_edges = [{', '.join(edges)}]",
+              "    node.seq = next(sequence)",
+              "    node._pre_hooks = node._post_hooks = node._retain = None",
+              "    node.anomaly_trace = None",
+              "    node.op = op",
+              f"    node.attrs = {{{attrs}}}" if attrs else "    node.attrs = NO_ATTRS",
+              "    node.input_slots = op.record_slots",
+              f"    node.input_meta = [{', '.join(metas)}]",
+              "    node.output_meta = [(d.shape, d.dtype)]"]
     if op.out_diff[0]:
-        out._requires_grad = True
-        out.grad_fn = node
-    for _k, name in op.save_outputs:
-        saved[name] = SavedOutput(out, name)
-    node.saved = saved
+        lines += ["    out._requires_grad = True",
+                  "    out.grad_fn = node"]
+    lines.append(f"    node.saved = {{{', '.join(saved)}}}")
+    env = {"OpNode": OpNode, "new": object.__new__, "sequence": _sequence,
+           "gradient_edge": gradient_edge, "SavedMeta": SavedMeta, "SavedOutput": SavedOutput,
+           "NO_ATTRS": _NO_ATTRS}
+    exec(compile("\n".join(lines), f"<record of {op.name}>", "exec"), env)  # noqa: S102
+    op.run_record = env["record"]
+    return op.run_record
 
 
 def _record_general(op: OpDef, args: tuple, outputs: list[Tensor]) -> None:

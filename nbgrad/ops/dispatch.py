@@ -22,7 +22,7 @@ from .. import ops as _ops  # noqa: E402 - the package, resolved at call time
 from ..device import Device, cpu_device
 from ..factories import tensor as _new_tensor
 from ..grad_mode import STATE
-from ..tensor import STATE_TRACE, Tensor
+from ..tensor import STATE_TRACE, Tensor, wrap_array
 from .registry import OpDef
 
 
@@ -159,9 +159,23 @@ def apply(op: OpDef, args: tuple):
 
 # -------------------------------------------------------------------- the lean path
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
-#: the 0-d tensors of Python float operands on the lean path, by value (sign of zero
-#: included) and dtype: read-only, never given to the caller, so shared between ops
-_CONSTANTS: dict = {}
+#: per dtype, the 0-d tensors of Python float operands on the lean path and their data
+#: as 1-element arrays, by value (a zero by its sign): read-only, never given to the
+#: caller, so shared between ops
+_CONSTANTS: dict = {_F64: {}, _F32: {}}
+
+
+def _constant(value: float, dt: np.dtype) -> tuple:
+    """``(tensor, flat data)`` of the lean path's constant ``value`` of dtype ``dt``."""
+    key = value if value else ("zero", math.copysign(1.0, value))
+    table = _CONSTANTS[dt]
+    pair = table.get(key)
+    if pair is None:
+        o = Tensor._make(scalar_constant(value, dt))
+        pair = (o, o._data.reshape(1))
+        if len(table) < 1024:
+            table[key] = pair
+    return pair
 
 
 def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | None:
@@ -171,7 +185,8 @@ def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | No
     tensors of one float dtype (float64 or float32); for a binary op ``other`` a tensor
     of ``self``'s shape or 0-d, or a Python float (a weak scalar, as in
     :func:`promote_operands`). The op's ``lean`` kernel (set where the op registers)
-    then runs on the arrays, and the recorder gets exactly what ``apply`` would give it.
+    then runs on the arrays, and the recorder gets exactly what ``apply`` would give it
+    (the op's own, ``OpDef.run_record``, once the installed recorder has made it).
     """
     lean = op.lean
     if (lean is None or not isinstance(self, Tensor) or self._device is not cpu_device
@@ -183,29 +198,28 @@ def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | No
     if not ((dt is _F64 or dt is _F32) and x.flags.c_contiguous):
         return None
     if not binary:
-        out = Tensor._make(lean(x))
+        out = wrap_array(lean(x))
         if self._requires_grad and STATE.grad_enabled and op.differentiable:
-            _recorder(op, (self,), [out])
+            (op.run_record or _recorder)(op, (self,), [out])
         return out
     if type(other) is float:
-        key = (float, other, dt) if other else (float, other, dt, math.copysign(1.0, other))
-        o = _CONSTANTS.get(key)
-        if o is None:
-            o = Tensor._make(scalar_constant(other, dt))
-            if len(_CONSTANTS) < 1024:
-                _CONSTANTS[key] = o
-        y = o._data
-    elif isinstance(other, Tensor):
-        y = other._data
-        if (other._device is not cpu_device or y.dtype is not dt
-                or (y.ndim and y.shape != x.shape) or not y.flags.c_contiguous):
-            return None
-        o = other
-    else:
+        key = other if other else ("zero", math.copysign(1.0, other))
+        pair = _CONSTANTS[dt].get(key)
+        o, flat = _constant(other, dt) if pair is None else pair
+        out = wrap_array(lean(x, flat, True))
+        if self._requires_grad and STATE.grad_enabled and op.differentiable:
+            (op.run_record or _recorder)(op, (self, o), [out])
+        return out
+    if not isinstance(other, Tensor):
         return None
-    out = Tensor._make(lean(x, y))
-    if (self._requires_grad or o._requires_grad) and STATE.grad_enabled and op.differentiable:
-        _recorder(op, (self, o), [out])
+    y = other._data
+    if (other._device is not cpu_device or y.dtype is not dt
+            or (y.ndim and (y.shape != x.shape or not y.flags.c_contiguous))):
+        return None
+    out = wrap_array(lean(x, y, False))
+    if ((self._requires_grad or other._requires_grad) and STATE.grad_enabled
+            and op.differentiable):
+        (op.run_record or _recorder)(op, (self, other), [out])
     return out
 
 

@@ -17,7 +17,7 @@ from ..kernels import elementwise as ew
 from ..kernels import matrix as mk
 from ..kernels import parallel
 from ..kernels.layout import call_native
-from ..tensor import Tensor
+from ..tensor import Tensor, install_lean
 from .convert import to_dtype
 from .dispatch import apply, apply_lean, as_tensor, promote_operands
 from .registry import get, kernel, op_function
@@ -42,16 +42,17 @@ LEAN_SIZE = 4096
 def _lean_unary(name: str, kind: str):
     """The lean kernel (``OpDef.lean``) of a unary op without parameters: ``run_unary``
     less its checks, for a C-contiguous float array."""
-    run, fn = ew.run_unary, None
+    run, fn, to_bool = ew.run_unary, None, kind == "bool"
 
     def lean(x: np.ndarray) -> np.ndarray:
         nonlocal fn
         n = x.size
+        out_dtype = dtypes.bool_ if to_bool else x.dtype
         if n > LEAN_SIZE or n >= parallel.MIN_SIZE:
-            return run(name, x, _out_dtype(kind, x.dtype))
+            return run(name, x, out_dtype)
         if fn is None:
             fn = ew.kernel_function("unary", name)
-        out = np.empty(x.shape, _out_dtype(kind, x.dtype))
+        out = np.empty(x.shape, out_dtype)
         if x.ndim == 1:
             fn(x, out, 0.0, 0.0)
         else:
@@ -63,24 +64,29 @@ def _lean_unary(name: str, kind: str):
 
 def _lean_binary(name: str, kind: str):
     """The lean kernel (``OpDef.lean``) of a binary op: ``run_binary`` less its checks,
-    for C-contiguous arrays of one float dtype, ``b`` of ``a``'s shape or 0-d."""
-    run, fn, empty = ew.run_binary, None, ew.EMPTY
+    for C-contiguous arrays of one float dtype. ``b`` has ``a``'s shape or is 0-d; with
+    ``flat`` it is a 0-d operand given as a 1-element 1-d array."""
+    run, fn, empty, to_bool = ew.run_binary, None, ew.EMPTY, kind == "bool"
 
-    def lean(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def lean(a: np.ndarray, b: np.ndarray, flat: bool = False) -> np.ndarray:
         nonlocal fn
-        out_dtype = _out_dtype(kind, a.dtype)
+        out_dtype = dtypes.bool_ if to_bool else a.dtype
         n = a.size
         if n > LEAN_SIZE or n >= parallel.MIN_SIZE:
-            return run(name, a, b, out_dtype)
+            return run(name, a, b.reshape(()) if flat else b, out_dtype)
         if fn is None:
             fn = ew.kernel_function("binary", name)
         out = np.empty(a.shape, out_dtype)
-        flat = out if out.ndim == 1 else out.reshape(-1)
-        if b.ndim:
-            fn(a if a.ndim == 1 else a.reshape(-1), b if b.ndim == 1 else b.reshape(-1), flat,
-               0, empty, empty, empty)
+        if flat:
+            bv, mode = b, 1
+        elif b.ndim:
+            bv, mode = (b if b.ndim == 1 else b.reshape(-1)), 0
         else:
-            fn(a if a.ndim == 1 else a.reshape(-1), b.reshape(1), flat, 1, empty, empty, empty)
+            bv, mode = b.reshape(1), 1
+        if a.ndim == 1:
+            fn(a, bv, out, mode, empty, empty, empty)
+        else:
+            fn(a.reshape(-1), bv, out.reshape(-1), mode, empty, empty, empty)
         return out
 
     return lean
@@ -295,6 +301,11 @@ def div(self, other, *, rounding_mode: str | None = None) -> Tensor:
     if a.dtype.kind in "iub" and b.dtype.kind in "iub":
         out = to_dtype(out, a.dtype if a.dtype.kind != "b" else dtypes.int64)
     return out
+
+
+# the operators + - * / ** - of Tensor try the lean path before these functions
+install_lean(apply_lean, {"add": _ADD, "sub": _SUB, "mul": get("mul"), "div": _DIV,
+                          "pow": _POW, "neg": _NEG})
 
 
 @op_function("round")

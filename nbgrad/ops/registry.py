@@ -32,7 +32,7 @@ class OpDef:
                  "attr_pos", "params", "diff_pos", "save_plan", "save_outputs",
                  "out_diff", "differentiable", "has_lists", "list_names", "record_plan",
                  "attr_names", "all_tensors", "formula_names", "kind", "lean",
-                 "record_slots", "run_backward")
+                 "record_slots", "run_backward", "run_record")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -48,6 +48,9 @@ class OpDef:
         #: ``(node, grads) -> grads``: the backward of its nodes, set by nbgrad.autograd
         #: on first use (``record.compile_backward``)
         self.run_backward: Callable | None = None
+        #: ``(op, args, outputs) -> None``: records its applications, set by
+        #: nbgrad.autograd on first use (``record.compile_record``)
+        self.run_record: Callable | None = None
 
     def kernel_for(self, target: str) -> Callable:
         k = self.kernels.get(target)
@@ -59,7 +62,7 @@ class OpDef:
     def bind(self, entry: Entry) -> None:
         """Precompute what dispatch needs from the table entry."""
         self.entry = entry
-        self.run_backward = None
+        self.run_backward = self.run_record = None
         params = entry.schema.params
         self.params: tuple[Param, ...] = params
         self.tensor_pos = tuple(i for i, p in enumerate(params) if p.is_tensor)

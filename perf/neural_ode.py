@@ -3,6 +3,7 @@ gradient of the final state's loss with respect to the weights, float64, one thr
 
     python -m perf.neural_ode                   # 10 interleaved rounds
     python -m perf.neural_ode --rounds 20 --steps 200
+    python -m perf.neural_ode --rows jax --rows "python loop, @" --rounds 3  # some rows
 
 Task: ``f(x) = tanh(x W1^T + b1) W2^T + b2``, an MLP 16-64-16 with a batch of 32 states;
 ``steps`` = 200 RK4 steps of ``dt`` = 0.01; loss ``sum(x_T ** 2)``; gradient with respect
@@ -138,6 +139,9 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--modes", default="auto",
                         help="comma list of nbgrad.jit modes to time (auto, interpret, compile)")
+    parser.add_argument("--rows", action="append", default=[],
+                        help="only the rows whose name contains this (repeatable); "
+                             "default: all")
     args = parser.parse_args(argv)
     modes = tuple(args.modes.split(","))
     arrays = _params()
@@ -147,6 +151,8 @@ def main(argv=None) -> int:
             rows.update(make(arrays, args.steps))
         except ImportError as exc:
             print(f"not installed: {exc.name}; left out")
+    if args.rows:
+        rows = {k: v for k, v in rows.items() if any(w in k for w in args.rows)}
     firsts: dict[str, tuple[float, float]] = {}
     want = None
     for name, fn in rows.items():

@@ -144,3 +144,36 @@ def test_jit_gradients_equal_eager_and_finite_differences(prog):
     jl = nb.jit(loss, mode="interpret")
     ts = tuple(nb.tensor(a, requires_grad=True) for a in arrays)
     assert gradcheck(jl, ts, eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+# Unrolled Python loops whose iterations differ only in an attribute value: re-rolling
+# (nbgrad/jit/trace/reroll.py) may merge iterations only when no op can tell their values
+# apart. ``-0.0 == 0.0`` in Python (and for np.float64), but not to ``atan2``: iterations
+# alternating ``clamp(x, min=0.0)`` and ``min=-0.0`` were rolled into one, every step
+# then clamping to +0.0 (16 pi where eager gives 0).
+TWINS = [0.0, -0.0, np.float64(0.0), np.float64(-0.0), np.float32(-0.0), 0.5]
+ATTR_OPS = {
+    "clamp_min": lambda x, c: nb.clamp(x, min=c),
+    "clamp_max": lambda x, c: nb.clamp(-x, max=c),
+    "leaky_relu": lambda x, c: nb.nn.functional.leaky_relu(x, c),
+}
+
+
+@settings(SETTINGS, max_examples=25)
+@given(st.sampled_from(sorted(ATTR_OPS)),
+       st.lists(st.sampled_from(range(len(TWINS))), min_size=2, max_size=3))
+def test_rerolled_iterations_keep_their_attribute_values(name, pattern):
+    op = ATTR_OPS[name]
+    values = [TWINS[k] for k in pattern]
+
+    def f(x):
+        acc = x * 0.0
+        for i in range(12):  # the pattern repeats: re-rolling must keep it
+            acc = acc + nb.atan2(op(x, values[i % len(values)]), -1.0 + x * 0.0)
+        return acc
+
+    x = nb.tensor(-np.ones(3))
+    jf = nb.jit(f, mode="interpret")
+    want = f(x).numpy()
+    for _ in range(2):
+        assert jf(x).numpy().tobytes() == want.tobytes(), (name, values)

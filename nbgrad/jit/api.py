@@ -50,7 +50,7 @@ from .trace.autodiff import reached_inputs, split_vjp
 from .trace.ir import Graph, check, format_graph
 from .trace.passes import optimize
 from .trace.reroll import reroll
-from .trace.tracer import Tracer, run_traced
+from .trace.tracer import Tracer, gc_paused, run_traced
 
 MODES = ("auto", "interpret", "compile", "reference")
 
@@ -149,7 +149,8 @@ class Jitted:
         if entry is not None:
             return entry.call(sig.leaves)
         try:
-            entry, result = self._trace(sig)
+            with gc_paused():  # (the trace's garbage is freed before a collection)
+                entry, result = self._trace(sig)
             with self._lock:
                 self._cache[sig.key] = entry
                 self._cache.move_to_end(sig.key)

@@ -105,9 +105,18 @@ class Var:
     def ndim(self) -> int:
         return len(self.shape)
 
+    @classmethod
+    def of(cls, shape: tuple[int, ...], dtype: np.dtype) -> Var:
+        """``Var(shape, dtype)`` for a shape that is a tuple of ints and a NumPy dtype (an
+        array's), without converting them."""
+        v = object.__new__(cls)
+        v.shape = shape
+        v.dtype = dtype
+        return v
+
     def like(self) -> Var:
         """A new var of the same shape and dtype."""
-        return Var(self.shape, self.dtype)
+        return Var.of(self.shape, self.dtype)
 
     def __repr__(self) -> str:
         return f"Var({type_str(self)})"
@@ -124,6 +133,15 @@ class Node:
         self.inputs: tuple[Var | None, ...] = tuple(inputs)
         self.outputs: tuple[Var, ...] = tuple(outputs)
         self.attrs: dict[str, Any] = dict(attrs or {})
+
+    @classmethod
+    def of(cls, op: str, inputs: tuple[Var | None, ...], outputs: tuple[Var, ...],
+           attrs: dict[str, Any]) -> Node:
+        """``Node(op, inputs, outputs, attrs)`` taking a tuple, a tuple and a new dict as
+        they are (no copies)."""
+        n = object.__new__(cls)
+        n.op, n.inputs, n.outputs, n.attrs = op, inputs, outputs, attrs
+        return n
 
     @property
     def is_loop(self) -> bool:
@@ -312,6 +330,20 @@ def _format(graph: Graph, title: str, names: dict, lines: list, ind: str, counte
 
 
 # ------------------------------------------------------------------ checking
+class _Where:
+    """``node k (op)`` or ``output j of node k (op)``, formatted only for an error."""
+
+    __slots__ = ("k", "of")
+
+    def __init__(self, k: int, of: Any) -> None:
+        self.k, self.of = k, of
+
+    def __str__(self) -> str:
+        if isinstance(self.of, _Where):
+            return f"output {self.k} of {self.of}"
+        return f"node {self.k} ({self.of})"
+
+
 def check(graph: Graph, *, _defined: set | None = None) -> None:
     """Raise ``TracerError`` naming the problem unless ``graph`` is well formed."""
     defined: set[int] = set()
@@ -321,8 +353,9 @@ def check(graph: Graph, *, _defined: set | None = None) -> None:
             raise TracerError(f"ill-formed graph: {what} is {v!r}, not a Var")
         if id(v) in defined:
             raise TracerError(f"ill-formed graph: {type_str(v)} defined twice ({what})")
-        if any((not isinstance(s, int)) or s < 0 for s in v.shape):
-            raise TracerError(f"ill-formed graph: bad shape {v.shape} ({what})")
+        for s in v.shape:
+            if not isinstance(s, int) or s < 0:
+                raise TracerError(f"ill-formed graph: bad shape {v.shape} ({what})")
         defined.add(id(v))
 
     for i, v in enumerate(graph.inputs):
@@ -333,33 +366,32 @@ def check(graph: Graph, *, _defined: set | None = None) -> None:
             raise TracerError(f"ill-formed graph: constant {type_str(v)} holds "
                               f"{getattr(arr, 'shape', None)} {getattr(arr, 'dtype', None)}")
     for k, node in enumerate(graph.nodes):
-        where = f"node {k} ({node.op})"
+        where = _Where(k, node.op)
         for v in node.inputs:
             if v is not None and id(v) not in defined:
                 raise TracerError(f"ill-formed graph: {where} reads a value defined later "
                                   "or nowhere")
         if node.op == LOOP:
-            _check_loop(node, where)
+            _check_loop(node, str(where))
         elif node.op in CUSTOM_KINDS:
             from .pythonop import check_node  # cyclic: pythonop builds on the IR
-            check_node(node, where)
+            check_node(node, str(where))
         else:
             op = REGISTRY.get(node.op)
             if op is None or op.entry is None:
                 raise TracerError(f"ill-formed graph: {where}: unknown op")
-            n_tensors = 0
-            for p in op.params:
-                if p.is_tensor:
-                    n_tensors += 1
-                elif p.is_tensor_list:
-                    n_tensors += node.attrs.get("#" + p.name, -10**9)
-                elif p.name not in node.attrs:
-                    raise TracerError(f"ill-formed graph: {where} lacks attribute {p.name!r}")
+            n_tensors = len(op.tensor_pos)
+            attrs = node.attrs
+            for i in op.list_pos:
+                n_tensors += attrs.get("#" + op.params[i].name, -10**9)
+            for _, name in op.attr_names:
+                if name not in attrs:
+                    raise TracerError(f"ill-formed graph: {where} lacks attribute {name!r}")
             if n_tensors != len(node.inputs):
                 raise TracerError(f"ill-formed graph: {where} has {len(node.inputs)} inputs, "
                                   f"its op takes {n_tensors}")
         for j, v in enumerate(node.outputs):
-            define(v, f"output {j} of {where}")
+            define(v, _Where(j, where))
     for i, v in enumerate(graph.outputs):
         if id(v) not in defined:
             raise TracerError(f"ill-formed graph: output {i} is not defined")

@@ -5,9 +5,12 @@ A Python loop unrolls while it is traced (W1 unrolled: 1,000 copies of the step,
 does not scale (DESIGN-NOTES point 1), so :func:`reroll` finds periodic stretches of
 the node list and replaces each by one loop node:
 
-1. every node gets a token (op, attributes, shapes and dtypes); candidate periods
-   are the distances between equal tokens, and a stretch where ``token[i] ==
-   token[i + p]`` covers several periods is a candidate region;
+1. every node gets a token (an integer numbering the distinct combinations of op,
+   attributes, shapes and dtypes); candidate periods are the distances between equal
+   tokens, and a stretch where ``token[i] == token[i + p]`` covers several periods is a
+   candidate region. The search and the classification below work on integer arrays
+   (NumPy), not per node in Python: a 1,000-step loop and its backward can trace to
+   over a hundred thousand nodes;
 2. the dataflow of each iteration is classified per input: a value of the same
    iteration, of the previous iteration (a carry; the first iteration reads its
    initial value), the same value every time (an invariant), or one row per
@@ -23,7 +26,6 @@ re-rolled recursively. A trace without repetition is returned unchanged.
 
 from __future__ import annotations
 
-from collections import Counter, deque
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -37,13 +39,21 @@ MAX_PERIOD = 4096
 LAGS = 8          # earlier occurrences of a token whose distances are candidate periods
 
 
+_PLAIN = frozenset({int, float, bool, str, type(None)})
+
+
 def _freeze(value, cache: dict):
-    """A hashable stand-in for an attribute value."""
+    """A hashable stand-in for an attribute value: equal only for values no op can tell
+    apart (floats by their bits: ``-0.0 == 0.0`` in Python, not to ``atan2``)."""
+    if isinstance(value, (float, np.floating)):
+        return (type(value).__name__, float(value).hex())
+    if type(value) in _PLAIN:
+        return (type(value).__name__, value)
     if isinstance(value, Graph):
-        key = cache.get(id(value))
-        if key is None:
-            key = cache[id(value)] = graph_hash(value)
-        return ("graph", key)
+        hit = cache.get(id(value))
+        if hit is None or hit[0] is not value:
+            hit = cache[id(value)] = (value, graph_hash(value))
+        return ("graph", hit[1])
     if isinstance(value, (tuple, list)):
         return (type(value).__name__,) + tuple(_freeze(v, cache) for v in value)
     if isinstance(value, np.ndarray):
@@ -57,11 +67,29 @@ def _freeze(value, cache: dict):
     return (type(value).__name__, value)
 
 
-def _token(node: Node, cache: dict) -> int:
-    attrs = tuple((k, _freeze(v, cache)) for k, v in node.attrs.items())
-    ins = tuple(None if v is None else (v.dtype.str, v.shape) for v in node.inputs)
-    outs = tuple((v.dtype.str, v.shape) for v in node.outputs)
-    return hash((node.op, attrs, ins, outs))
+class _Tokens:
+    """Tokens: small ints numbering the distinct (op, attributes, input and output types)
+    of nodes. They are exact (equal tokens mean equal keys, not equal hashes), so a
+    stretch of periodic tokens repeats its ops and attributes."""
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple, int] = {}
+        self._graphs: dict = {}  # id(graph attribute) -> (it, its content hash)
+
+    def __call__(self, nodes: list[Node]) -> list[int]:
+        ids, graphs = self._ids, self._graphs
+        out = []
+        for node in nodes:
+            attrs = node.attrs
+            key = (node.op,
+                   tuple((k, _freeze(v, graphs)) for k, v in attrs.items()) if attrs else (),
+                   tuple(None if v is None else (v.dtype, v.shape) for v in node.inputs),
+                   tuple((v.dtype, v.shape) for v in node.outputs))
+            t = ids.get(key)
+            if t is None:
+                t = ids[key] = len(ids)
+            out.append(t)
+        return out
 
 
 def _candidates(tokens: np.ndarray) -> list[int]:
@@ -69,16 +97,32 @@ def _candidates(tokens: np.ndarray) -> list[int]:
 
     Distances to the last :data:`LAGS` occurrences count, not only to the previous one:
     a token used several times per iteration (each of an RK4 step's four vector-field
-    evaluations repeats one op sequence) is never one period from its previous use."""
-    last: dict[int, deque[int]] = {}
-    dist: Counter = Counter()
-    for i, t in enumerate(tokens.tolist()):
-        seen = last.get(t)
-        if seen is None:
-            seen = last[t] = deque(maxlen=LAGS)
-        dist.update(i - j for j in seen if i - j <= MAX_PERIOD)
-        seen.append(i)
-    return [p for p, n in dist.most_common(12) if n >= (MIN_REPS - 1)]
+    evaluations repeats one op sequence) is never one period from its previous use.
+    The twelve most frequent win; ties go to the distance seen first (scanning the
+    nodes in order and, at one node, its earlier occurrences oldest first)."""
+    n = len(tokens)
+    order = np.argsort(tokens, kind="stable")  # occurrences of each token, in order
+    st = tokens[order]
+    dists, whens = [], []
+    for lag in range(1, min(LAGS, n - 1) + 1):
+        same = st[lag:] == st[:-lag]
+        later = order[lag:][same]
+        d = later - order[:-lag][same]
+        keep = d <= MAX_PERIOD
+        dists.append(d[keep])
+        whens.append(later[keep])
+    if not dists:
+        return []
+    d = np.concatenate(dists)
+    if not len(d):
+        return []
+    when = np.concatenate(whens)
+    counts = np.bincount(d, minlength=MAX_PERIOD + 1)
+    first = np.full(MAX_PERIOD + 1, n, np.int64)
+    np.minimum.at(first, d, when)
+    seen = np.flatnonzero(counts)
+    best = seen[np.lexsort((-seen, first[seen], -counts[seen]))[:12]]
+    return [int(p) for p in best if counts[p] >= MIN_REPS - 1]
 
 
 def _regions(tokens: np.ndarray) -> list[tuple[int, int, int]]:
@@ -92,13 +136,52 @@ def _regions(tokens: np.ndarray) -> list[tuple[int, int, int]]:
         # runs of True
         padded = np.concatenate(([False], eq, [False]))
         edges = np.flatnonzero(padded[1:] != padded[:-1])
-        for a, b in zip(edges[0::2], edges[1::2], strict=True):
+        for a, b in zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True):
             length = b - a + p  # tokens[a:b+p] has period p
             count = length // p
             if count >= MIN_REPS and count * p >= MIN_NODES:
-                found.append((count * p, int(a), p, count))
+                found.append((count * p, a, p, count))
     found.sort(key=lambda t: (-t[0], t[2]))
     return [(a, p, c) for _, a, p, c in found]
+
+
+class _Index:
+    """Who reads what, over a node list, as arrays: input slot ``s`` (the inputs of all
+    nodes, flattened in order; node ``i`` has slots ``start[i]:start[i+1]``) reads output
+    ``outk[s]`` of node ``prod[s]`` (-1: a graph input or constant, -2: None)."""
+
+    _SHIFT = 32  # a node's output k is coded (node << _SHIFT) | k
+
+    def __init__(self, nodes: list[Node]) -> None:
+        shift = self._SHIFT
+        #: id(var) -> the code of the node output defining it
+        self.code: dict[int, int] = {id(v): (i << shift) | k for i, n in enumerate(nodes)
+                                     for k, v in enumerate(n.outputs)}
+        self.code[id(None)] = -2
+        get = self.code.get
+        code = np.array([get(id(v), -1) for n in nodes for v in n.inputs], np.int64)
+        made = code >= 0
+        self.prod = np.where(made, code >> shift, code)
+        self.outk = np.where(made, code & ((1 << shift) - 1), 0)
+        self.start = np.zeros(len(nodes) + 1, np.int64)
+        np.cumsum([len(n.inputs) for n in nodes], out=self.start[1:])
+
+    def where(self, v: Var) -> tuple[int, int] | None:
+        """(node, output) defining ``v``, or None for a graph input or constant."""
+        c = self.code.get(id(v), -1)
+        return None if c < 0 else (c >> self._SHIFT, c & ((1 << self._SHIFT) - 1))
+
+    def reads(self, lo: int, hi: int, after: int) -> tuple[list, np.ndarray]:
+        """The outputs ``(node, k)`` of nodes ``lo:hi`` that nodes from ``after`` on read,
+        and the positions of those readers."""
+        a = int(self.start[after])
+        prod = self.prod[a:]
+        m = (prod >= lo) & (prod < hi)
+        slots = np.flatnonzero(m)
+        pairs = sorted(set(zip(prod[m].tolist(), self.outk[a:][m].tolist(),
+                               strict=True)))
+        readers = np.unique(np.searchsorted(self.start, slots + a, side="right") - 1)
+        return pairs, readers
 
 
 class _Rows:
@@ -125,19 +208,12 @@ def reroll(graph: Graph) -> Graph:
                                                graph.outputs)
     consts = dict(graph.consts)
     rows = _Rows()
-    cache: dict = {}
     outputs = list(graph.outputs)
     tried: set[tuple[int, int]] = set()
-    known: dict[int, tuple[Node, int]] = {}  # id(node) -> (node, token)
-
-    def token(n: Node) -> int:
-        hit = known.get(id(n))
-        if hit is None or hit[0] is not n:
-            hit = known[id(n)] = (n, _token(n, cache))
-        return hit[1]
-
+    tokenize = _Tokens()
+    tokens = np.array(tokenize(nodes), dtype=np.int64)
+    index: _Index | None = None  # built on first need, again after each roll
     while True:
-        tokens = np.array([token(n) for n in nodes], dtype=np.int64)
         done = False
         for start, p, count in _regions(tokens):
             key = (id(nodes[start]), p)
@@ -148,11 +224,17 @@ def reroll(graph: Graph) -> Graph:
             for s0, c in ((start, count), (start, count - 1), (start + p, count - 1),
                           (start + p, count - 2)):
                 if c >= MIN_REPS:
-                    res = _roll(nodes, outputs, consts, rows, s0, p, c)
+                    if index is None:
+                        index = _Index(nodes)
+                    res = _roll(nodes, index, outputs, consts, rows, s0, p, c)
                     if res is not None:
                         break
             if res is not None:
-                nodes, outputs = res
+                nodes, outputs, (lo, hi, n_new) = res
+                # the tail keeps its tokens: renamed inputs keep their shapes and dtypes
+                tokens = np.concatenate((tokens[:lo], tokenize(nodes[lo:lo + n_new]),
+                                         tokens[hi:])).astype(np.int64)
+                index = None
                 changed = done = True
                 tried.clear()  # regions that failed may work now (their inputs became rows)
                 break
@@ -163,28 +245,24 @@ def reroll(graph: Graph) -> Graph:
     return Graph(list(graph.inputs), consts, nodes, outputs)
 
 
-def _roll(nodes: list[Node], outputs: list[Var], consts: dict, rows: _Rows, start: int,
-          p: int, count: int):
-    """Try to make nodes[start : start + p*count] (or a consistent part) one loop."""
-    out_pos = {}
-    for i, n in enumerate(nodes):
-        for k, v in enumerate(n.outputs):
-            out_pos[id(v)] = (i, k)
-    pats = _patterns(nodes, out_pos, start, p, count)
-    if len(pats) < MIN_REPS:
+def _roll(nodes: list[Node], index: _Index, outputs: list[Var], consts: dict, rows: _Rows,
+          start: int, p: int, count: int):
+    """Try to make nodes[start : start + p*count] (or a consistent part) one loop: the new
+    nodes and outputs, and (first node replaced, end of the replaced nodes, number of new
+    nodes there)."""
+    pats = _patterns(index, start, p, count)
+    if pats is None or len(pats.kind) < MIN_REPS:
         return None
     span = _iterations(pats)
     if span is None:
         return None
     reg = _Region(nodes, start + span[0] * p, p, span[1])
-    if not _repeats(reg):
-        return None
-    ins = _classify_inputs(reg, pats[1], out_pos, consts, rows)
+    ins = _classify_inputs(reg, pats, index, consts, rows)
     if ins is None:
         return None
-    later_reads = _later_reads(reg, out_pos)
-    out_ids = {id(v) for v in outputs}
-    outs_final, outs_stack = _read_outputs(reg, later_reads, out_ids)
+    read, readers = index.reads(reg.s0, reg.end, reg.end)
+    used = _uses(reg, index, read, outputs)
+    outs_final, outs_stack = _read_outputs(reg, used)
     carry_keys = sorted(ins.carry_init)
     extra_final = [rk for rk in outs_final if rk not in ins.carry_init]
     body = _body(reg, ins, carry_keys, extra_final, outs_stack)
@@ -193,21 +271,23 @@ def _roll(nodes: list[Node], outputs: list[Var], consts: dict, rows: _Rows, star
     rename: dict[int, Var] = {}
     index_nodes = []
     for rk, stack in zip(outs_stack, stack_vars, strict=True):
-        for j in range(reg.n_it):
+        for j in used[rk]:
             v = reg.out(j, rk)
-            if id(v) in later_reads or id(v) in out_ids:
-                row = v.like()
-                index_nodes.append(Node("index", [stack], [row], {"indices": Index((j,))}))
-                rows.row_of[id(row)] = (stack, j)
-                rename[id(v)] = row
-    tail = []
-    for node in nodes[reg.end:]:
-        if any(v is not None and id(v) in rename for v in node.inputs):
-            node = Node(node.op, [None if v is None else rename.get(id(v), v)
-                                  for v in node.inputs], node.outputs, node.attrs)
-        tail.append(node)
+            row = v.like()
+            index_nodes.append(Node("index", [stack], [row], {"indices": Index((j,))}))
+            rows.row_of[id(row)] = (stack, j)
+            rename[id(v)] = row
+    tail = nodes[reg.end:]
+    if rename:
+        for i in readers.tolist():
+            node = nodes[i]
+            if any(v is not None and id(v) in rename for v in node.inputs):
+                tail[i - reg.end] = Node(node.op, [None if v is None else rename.get(id(v), v)
+                                                   for v in node.inputs],
+                                         node.outputs, node.attrs)
     new_outputs = [rename.get(id(v), v) for v in outputs]
-    return nodes[:reg.s0] + [loop] + index_nodes + tail, new_outputs
+    return (nodes[:reg.s0] + [loop] + index_nodes + tail, new_outputs,
+            (reg.s0, reg.end, 1 + len(index_nodes)))
 
 
 @dataclass
@@ -243,91 +323,84 @@ class _Inputs:
     remap_xs: dict[int, int]                  # xs slot number -> index in xs_final
 
 
-def _patterns(nodes: list[Node], out_pos: dict, start: int, p: int, count: int) -> list:
-    """Per iteration, the class of every input (internal, carry, or from outside); stops
-    at the first iteration that reads an older iteration."""
-    def classify(j: int) -> list | None:
-        base = start + j * p
-        pat = []
-        for r in range(p):
-            node = nodes[base + r]
-            for v in node.inputs:
-                if v is None:
-                    pat.append(("none",))
-                    continue
-                where = out_pos.get(id(v))
-                if where is not None and base <= where[0] < base + r + 1:
-                    pat.append(("int", where[0] - base, where[1]))
-                elif where is not None and base - p <= where[0] < base and j > 0:
-                    pat.append(("carry", where[0] - base + p, where[1]))
-                elif where is not None and where[0] >= start and where[0] < base - p:
-                    return None  # reads an older iteration
-                else:
-                    pat.append(("out", v))
-        return pat
-
-    pats = []
-    for j in range(count):
-        pat = classify(j)
-        if pat is None:
-            break
-        pats.append(pat)
-    return pats
+# the class of an input slot in one iteration
+_NONE, _INT, _CARRY, _OUT = 0, 1, 2, 3
 
 
-def _same(a, b) -> bool:
-    for x, y in zip(a, b, strict=True):
-        if x[0] != y[0]:
-            return False
-        if x[0] in ("int", "carry") and x[1:] != y[1:]:
-            return False
-    return True
+@dataclass
+class _Patterns:
+    """Per iteration (rows) and input slot (columns): the slot's class, and for a value of
+    the same iteration (internal) or of the previous one (carry) which node ``key`` of
+    that iteration and which output ``outk`` of it (0 otherwise)."""
+
+    kind: np.ndarray
+    key: np.ndarray
+    outk: np.ndarray
 
 
-def _iterations(pats: list) -> tuple[int, int] | None:
+def _patterns(index: _Index, start: int, p: int, count: int) -> _Patterns | None:
+    """The classes of every input per iteration (internal, carry, or from outside);
+    stops at the first iteration that reads an older iteration."""
+    a = int(index.start[start])
+    n_slots = int(index.start[start + p]) - a
+    if int(index.start[start + p * count]) - a != n_slots * count:
+        return None  # (equal tokens have equal input counts)
+    r = np.repeat(np.arange(p), np.diff(index.start[start:start + p + 1]))
+    prod = index.prod[a:a + n_slots * count].reshape(count, n_slots)
+    rel = prod - (start + p * np.arange(count))[:, None]
+    made = prod >= 0
+    internal = made & (rel >= 0) & (rel <= r)
+    carry = made & ~internal & (rel >= -p) & (rel < 0)
+    carry[0] = False
+    older = made & ~internal & ~carry & (prod >= start) & (rel < -p)
+    bad = np.flatnonzero(older.any(axis=1))
+    n = int(bad[0]) if len(bad) else count
+    internal, carry, rel = internal[:n], carry[:n], rel[:n]
+    kind = np.full((n, n_slots), _OUT, np.int8)
+    kind[prod[:n] == -2] = _NONE
+    kind[carry] = _CARRY
+    kind[internal] = _INT
+    key = np.where(internal, rel, np.where(carry, rel + p, 0))
+    outk = np.where(internal | carry,
+                    index.outk[a:a + n_slots * count].reshape(count, n_slots)[:n], 0)
+    return _Patterns(kind, key, outk)
+
+
+def _iterations(pats: _Patterns) -> tuple[int, int] | None:
     """(first iteration, number of iterations) of the run that agrees with iteration 1
     (which sees a previous iteration), or None when it is too short."""
-    j_end = 1
-    while j_end + 1 < len(pats) and _same(pats[j_end + 1], pats[1]):
-        j_end += 1
-    first = 0
+    kind, key, outk = pats.kind, pats.key, pats.outk
+    same = ((kind[2:] == kind[1]).all(axis=1) & (key[2:] == key[1]).all(axis=1)
+            & (outk[2:] == outk[1]).all(axis=1))
+    differ = np.flatnonzero(~same)
+    j_end = 1 + (int(differ[0]) if len(differ) else len(kind) - 2)
     # iteration 0 qualifies when its non-carry inputs are classified the same way
-    ok0 = all(x[0] == y[0] or (y[0] == "carry" and x[0] == "out")
-              for x, y in zip(pats[0], pats[1], strict=True)) and all(
-        x[1:] == y[1:] for x, y in zip(pats[0], pats[1], strict=True) if y[0] == "int")
-    if not ok0:
-        first = 1
+    k0, k1 = kind[0], kind[1]
+    ok0 = bool(np.all((k0 == k1) | ((k1 == _CARRY) & (k0 == _OUT)))) and bool(np.all(
+        (k1 != _INT) | ((key[0] == key[1]) & (outk[0] == outk[1]))))
+    first = 0 if ok0 else 1
     n_it = j_end + 1 - first
     if n_it < MIN_REPS:
         return None
     return first, n_it
 
 
-def _repeats(reg: _Region) -> bool:
-    """Tokens are hashes: whether every iteration really repeats the first one."""
-    fcache: dict = {}
-    for r in range(reg.p):
-        t0 = reg.node(0, r)
-        key = (t0.op, tuple((k, _freeze(v, fcache)) for k, v in t0.attrs.items()))
-        for j in range(1, reg.n_it):
-            nj = reg.node(j, r)
-            if nj.op != t0.op or nj.attrs.keys() != t0.attrs.keys() or key != (
-                    nj.op, tuple((k, _freeze(v, fcache)) for k, v in nj.attrs.items())):
-                return False
-    return True
-
-
-def _classify_inputs(reg: _Region, ref: list, out_pos: dict, consts: dict,
+def _classify_inputs(reg: _Region, pats: _Patterns, index: _Index, consts: dict,
                      rows: _Rows) -> _Inputs | None:
-    """The carries, invariants and xs stacks of the region (``ref``: the pattern of
-    iteration 1), or None when an input fits none of them."""
-    # per input slot: the vars read by each iteration (for "out" slots)
+    """The carries, invariants and xs stacks of the region (classified as in iteration 1
+    of ``pats``), or None when an input fits none of them."""
+    # per input slot read from outside the iteration: its class
+    kinds, keys, outks = pats.kind[1].tolist(), pats.key[1].tolist(), pats.outk[1].tolist()
     slots = []  # (r, q, class)
     idx = 0
     for r in range(reg.p):
         node = reg.node(0, r)
         for q in range(len(node.inputs)):
-            slots.append((r, q, ref[idx]))
+            kind = kinds[idx]
+            if kind == _OUT:
+                slots.append((r, q, ("out",)))
+            elif kind == _CARRY:
+                slots.append((r, q, ("carry", keys[idx], outks[idx])))
             idx += 1
     # out slots: invariant (one var) or xs (rows of a stack, or constants)
     inv_vars: list[Var] = []
@@ -357,7 +430,7 @@ def _classify_inputs(reg: _Region, ref: list, out_pos: dict, consts: dict,
         spec = _stack_of(vs, rows, consts)
         if spec is None:
             return None
-        where = out_pos.get(id(spec[0]))
+        where = index.where(spec[0])
         if spec[0] not in consts and (where is None or where[0] >= reg.s0):
             return None  # a stack that an enclosing region absorbed meanwhile
         xs_specs.append(spec)
@@ -375,38 +448,33 @@ def _classify_inputs(reg: _Region, ref: list, out_pos: dict, consts: dict,
     return _Inputs(slot_kind, carry_init, inv_vars, xs_final, remap_xs)
 
 
-def _later_reads(reg: _Region, out_pos: dict) -> dict[int, set[int]]:
-    """Values of the region read after it: id(var) -> positions of the readers."""
-    later_reads: dict[int, set[int]] = {}
-    for i in range(reg.end, len(reg.nodes)):
-        for v in reg.nodes[i].inputs:
-            if v is not None:
-                where = out_pos.get(id(v))
-                if where is not None and reg.s0 <= where[0] < reg.end:
-                    later_reads.setdefault(id(v), set()).add(i)
-    return later_reads
+def _uses(reg: _Region, index: _Index, read: list, outputs: list[Var]
+          ) -> dict[tuple[int, int], list[int]]:
+    """For each body output ``(node, k)`` read after the region (``read``: the ``(node, k)``
+    read by later nodes) or a graph output: the iterations whose value is read, in order."""
+    pos = set(read)
+    for v in outputs:
+        w = index.where(v)
+        if w is not None and reg.s0 <= w[0] < reg.end:
+            pos.add(w)
+    used: dict[tuple[int, int], list[int]] = {}
+    for i, k in sorted(pos):
+        j, r = divmod(i - reg.s0, reg.p)
+        used.setdefault((r, k), []).append(j)
+    return dict(sorted(used.items()))
 
 
-def _read_outputs(reg: _Region, later_reads: dict, out_ids: set[int]
+def _read_outputs(reg: _Region, used: dict[tuple[int, int], list[int]]
                   ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """The body outputs read after the loop: "final" (read from the last iteration only)
     and "stack" (read from other iterations too), as (node, output) positions."""
     outs_final: list[tuple[int, int]] = []
     outs_stack: list[tuple[int, int]] = []
-    for r in range(reg.p):
-        node = reg.node(0, r)
-        for k in range(len(node.outputs)):
-            used = []
-            for j in range(reg.n_it):
-                v = reg.out(j, (r, k))
-                if id(v) in later_reads or id(v) in out_ids:
-                    used.append(j)
-            if not used:
-                continue
-            if used == [reg.n_it - 1]:
-                outs_final.append((r, k))
-            else:
-                outs_stack.append((r, k))
+    for rk, js in used.items():
+        if js == [reg.n_it - 1]:
+            outs_final.append(rk)
+        else:
+            outs_stack.append(rk)
     return outs_final, outs_stack
 
 

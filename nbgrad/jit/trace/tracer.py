@@ -34,10 +34,12 @@ and so does reading a traced tensor after it was modified in place.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import traceback
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -67,6 +69,11 @@ def _tangent_only(t: Tensor) -> bool:
     return bool(forward.STATE.active) and forward.has_tangent((t,))
 
 
+def _strong(arr: Any) -> Callable[[], Any]:
+    """A strong reference to ``arr``, called like a weak one."""
+    return lambda: arr
+
+
 def user_site() -> str:
     """``file:line`` (and the source line) of the innermost frame outside nbgrad."""
     for frame in reversed(traceback.extract_stack()):
@@ -91,11 +98,15 @@ class Tracer:
                  cut_gradients: bool = True) -> None:
         self.graph = Graph()
         self.parent = parent
-        self._env: dict[int, tuple[np.ndarray, list, int, Var]] = {}
+        #: id(array) -> (reference to the array, its version box, version when bound, var).
+        #: Strong for what :meth:`bind` binds (inputs, captures, the outputs of loops and
+        #: custom Functions: their users rely on the trace keeping them alive), weak for op
+        #: outputs (:meth:`record`), so that the trace keeps no intermediate alive; a dead
+        #: array's id may be reused: the reference tells.
+        self._env: dict[int, tuple[Callable, list, int, Var]] = {}
         self._dynamic: set[int] = set()
         self._small: dict[tuple, Var] = {}
         self._big: dict[int, tuple[np.ndarray, int, Var]] = {}
-        self._keep: list = []  # keeps every array seen alive, so ids stay unique
         self.captures: list[tuple[Var, Var, Tensor]] = []
         self._captured: dict[int, Var] = {}
         #: id(inner var) -> index in captures of a capture by a tensor not requiring grad
@@ -135,8 +146,7 @@ class Tracer:
     def bind(self, t: Tensor, v: Var, dynamic: bool = True) -> None:
         """From now on ``t`` (and every tensor sharing its array) is the value ``v``."""
         arr = t._data
-        self._keep.append(arr)
-        self._env[id(arr)] = (arr, t._version_box, t._version_box[0], v)
+        self._env[id(arr)] = (_strong(arr), t._version_box, t._version_box[0], v)
         if dynamic:
             self._dynamic.add(id(v))
 
@@ -144,7 +154,7 @@ class Tracer:
         """The var bound to ``t``, or None (checking that it was not modified in place)."""
         arr = t._data
         entry = self._env.get(id(arr))
-        if entry is None or entry[0] is not arr:
+        if entry is None or entry[0]() is not arr:
             return None
         _, box, version, v = entry
         if box is t._version_box and box[0] != version:
@@ -236,8 +246,7 @@ class Tracer:
             entry = self._big.get(id(arr))
             if entry is not None and entry[0] is arr and entry[1] == version:
                 v = entry[2]
-            else:
-                self._keep.append(arr)
+            else:  # (_big keeps the array alive: its id stays its own)
                 v = self.graph.add_const(arr)
                 self._big[id(arr)] = (arr, version, v)
         if isinstance(t, Tensor):
@@ -251,7 +260,6 @@ class Tracer:
         if entry is not None and entry[0] is arr and entry[1] == version:
             v = entry[2]
         else:
-            self._keep.append(arr)
             v = self.graph.add_const(arr.copy_to_host())
             self._big[id(arr)] = (arr, version, v)
         if isinstance(t, Tensor):
@@ -300,6 +308,59 @@ class Tracer:
     # ------------------------------------------------------------------ hooks
     def record(self, op, args: tuple, outputs: list[Tensor]) -> None:
         """Called by ``dispatch.apply`` after every op (it already ran eagerly)."""
+        if op.has_lists:
+            self._record_lists(op, args, outputs)
+            return
+        inputs: list[Var | None] = []
+        env, dyn, carry = self._env, self._dynamic, self._carry
+        dynamic = carried = False
+        for i in op.tensor_pos:
+            t = args[i]
+            if t is None:
+                inputs.append(None)
+                continue
+            # the common case of use(): a dynamic value bound here, unchanged, needing no
+            # marker and standing in for no capture; anything else takes use() itself
+            arr = t._data
+            entry = env.get(id(arr))
+            if entry is not None and entry[0]() is arr and entry[2] == entry[1][0] \
+                    and id(entry[3]) in dyn:
+                v = entry[3]
+                if t._requires_grad:
+                    if id(v) in self._stand_ins:
+                        v = self.use(t)
+                elif id(v) in carry and self.cut_gradients and STATE.grad_enabled:
+                    v = self._stop(v, keep_tangent=True)
+                dynamic = True
+            else:
+                v = self.use(t)
+                dynamic = dynamic or id(v) in dyn
+            carried = carried or id(v) in carry
+            inputs.append(v)
+        if not dynamic:
+            return  # folded: the outputs are constants, snapshotted when first used
+        outs = []
+        for o in outputs:
+            arr = o._data
+            if type(arr) is np.ndarray:
+                v = Var.of(arr.shape, arr.dtype)
+                ref = weakref.ref(arr)
+            else:
+                v = Var(arr.shape, arr.dtype)
+                ref = _strong(arr)
+            outs.append(v)
+            box = o._version_box
+            env[id(arr)] = (ref, box, box[0], v)
+            dyn.add(id(v))
+        self.graph.nodes.append(Node.of(op.name, tuple(inputs), tuple(outs),
+                                        {name: args[i] for i, name in op.attr_names}))
+        if carried and op.differentiable:
+            out_diff = op.out_diff  # as dispatch marks outputs that require grad
+            carry.update(id(v) for k, v in enumerate(outs)
+                         if (out_diff[k] if k < len(out_diff) else out_diff[-1]))
+
+    def _record_lists(self, op, args: tuple, outputs: list[Tensor]) -> None:
+        """:meth:`record` for an op with tensor-list parameters."""
         inputs: list[Var | None] = []
         dynamic = False
         attrs: dict[str, Any] = {}
@@ -385,9 +446,25 @@ class Tracer:
         return out
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside (then as before). A trace allocates objects by
+    the hundred thousand, and keeps most: each full collection would walk them all again
+    (a third of the time of tracing a long unrolled loop). Garbage cycles made meanwhile
+    are collected afterwards."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def run_traced(tracer: Tracer, fn: Callable, *args: Any, quiet: bool = False) -> Any:
-    """Call ``fn(*args)`` with ``tracer`` installed (``quiet``: no NumPy warnings)."""
-    with tracer:
+    """Call ``fn(*args)`` with ``tracer`` installed (``quiet``: no NumPy warnings), with
+    the garbage collector paused (:func:`gc_paused`)."""
+    with tracer, gc_paused():
         if quiet:
             with np.errstate(all="ignore"):
                 return fn(*args)

@@ -177,3 +177,25 @@ def test_rerolled_iterations_keep_their_attribute_values(name, pattern):
     want = f(x).numpy()
     for _ in range(2):
         assert jf(x).numpy().tobytes() == want.tobytes(), (name, values)
+
+
+# Python scalars passed to a jitted function are baked into its trace, which is cached
+# by the arguments: values that compare equal but differ to an op must not share one.
+# ``-0.0`` reused the trace of ``0.0`` (the cache key compared them with ``==``).
+SCALAR_TWINS = [0.0, -0.0, np.float64(0.0), np.float64(-0.0), np.float32(-0.0),
+                float("nan"), 1, 1.0, True, np.int64(1), np.float32(1.0)]
+
+
+@settings(SETTINGS, max_examples=20)
+@given(st.lists(st.sampled_from(range(len(SCALAR_TWINS))), min_size=2, max_size=6))
+def test_jit_traces_scalar_arguments_apart_when_an_op_tells_them_apart(order):
+    def f(x, c):
+        return nb.atan2(nb.clamp(x, min=c), -1.0 + x * 0.0) + x * c
+
+    x = nb.tensor(-np.ones(3))
+    jf = nb.jit(f)
+    for k in order:
+        c = SCALAR_TWINS[k]
+        want = f(x, c).numpy()
+        got = jf(x, c).numpy()
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), repr(c)

@@ -313,3 +313,16 @@ def test_random_programs_match_the_general_path(program):
     with general_path():
         general = _execute(program)
     assert lean == general
+
+
+def test_nan_operands_do_not_fill_the_constant_caches():
+    """A NaN key is never found again (NaN != NaN): caching it would fill the tables
+    (1024 entries) and stop every later constant from being cached."""
+    x = nb.tensor(np.ones(3))
+    before = len(dispatch._SCALARS), sum(len(t) for t in dispatch._CONSTANTS.values())
+    for _ in range(50):
+        y = x * float("nan")
+        z = x.double() + float("nan")
+    assert np.isnan(y.numpy()).all() and np.isnan(z.numpy()).all()
+    after = len(dispatch._SCALARS), sum(len(t) for t in dispatch._CONSTANTS.values())
+    assert after == before

@@ -47,7 +47,7 @@ from .executable import Executable
 from .program import Program
 from .reference import replay
 from .trace.autodiff import reached_inputs, split_vjp
-from .trace.ir import Graph, check, format_graph
+from .trace.ir import Graph, check, exact_key, format_graph
 from .trace.passes import optimize
 from .trace.reroll import reroll
 from .trace.tracer import Tracer, gc_paused, run_traced
@@ -78,7 +78,7 @@ def _leaf_key(leaf: Any, grad_enabled: bool, where: str) -> tuple:
         raise TypeError(f"nbgrad.jit: {where} is a {type(value).__name__}, which is not "
                         "hashable; static arguments must be hashable (tuples, numbers, "
                         "strings)") from None
-    return ("S", type(value), value)
+    return ("S",) + exact_key(value)  # -0.0 and 0.0 (or 1 and 1.0) trace apart
 
 
 class _Signature:

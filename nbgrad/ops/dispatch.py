@@ -173,7 +173,7 @@ def _constant(value: float, dt: np.dtype) -> tuple:
     if pair is None:
         o = Tensor._make(scalar_constant(value, dt))
         pair = (o, o._data.reshape(1))
-        if len(table) < 1024:
+        if len(table) < 1024 and value == value:  # a NaN key would never be found again
             table[key] = pair
     return pair
 
@@ -243,7 +243,7 @@ def scalar_constant(value, dtype: np.dtype) -> np.ndarray:
     if arr is None:
         arr = np.asarray(value, dtype=dtype)
         arr.flags.writeable = False
-        if len(_SCALARS) < 1024:
+        if len(_SCALARS) < 1024 and value == value:  # never found again under a NaN key
             _SCALARS[key] = arr
     return arr
 

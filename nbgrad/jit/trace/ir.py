@@ -512,6 +512,19 @@ def _hash_value(value: Any, h) -> None:
         h.update(f"{type(value).__name__}:{value!r}".encode())
 
 
+def exact_key(value: Any) -> tuple:
+    """A hashable key of a hashable value, equal only for values no op can tell apart:
+    floats by their bits (``-0.0 == 0.0`` in Python, not to ``atan2``; NaN equals
+    itself), and every item of a tuple or list with its type (``(1, 2) == (1.0, 2)``)."""
+    if isinstance(value, (float, np.floating)):
+        return (type(value).__name__, float(value).hex())
+    if isinstance(value, (complex, np.complexfloating)):
+        return (type(value).__name__, value.real.hex(), value.imag.hex())
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__,) + tuple(exact_key(v) for v in value)
+    return (type(value), value)
+
+
 # ------------------------------------------------------------------ small utilities
 def users(graph: Graph) -> dict[int, list[Node]]:
     """id(var) -> nodes (of this graph, not bodies) reading it."""

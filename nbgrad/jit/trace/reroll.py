@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ...ops.indexing import Index
-from .ir import LOOP, Graph, LoopInfo, Node, Var, graph_hash, make_loop
+from .ir import LOOP, Graph, LoopInfo, Node, Var, exact_key, graph_hash, make_loop
 
 MIN_REPS = 4      # iterations a region needs
 MIN_NODES = 8     # nodes a region needs
@@ -46,7 +46,7 @@ def _freeze(value, cache: dict):
     """A hashable stand-in for an attribute value: equal only for values no op can tell
     apart (floats by their bits: ``-0.0 == 0.0`` in Python, not to ``atan2``)."""
     if isinstance(value, (float, np.floating)):
-        return (type(value).__name__, float(value).hex())
+        return exact_key(value)
     if type(value) in _PLAIN:
         return (type(value).__name__, value)
     if isinstance(value, Graph):

@@ -342,6 +342,20 @@ def test_run_converts_inputs_and_never_aliases_them(rng):
         compiled.run([np.zeros(4)])
 
 
+def test_run_copies_strided_and_misaligned_inputs(rng):
+    x = rng.standard_normal(5)
+    g = trace(lambda x: [nb.exp(x)], x)
+    compiled = codegen.compile_graph(g, strict=True)
+    strided = np.repeat(x, 2)[::2]  # not contiguous
+    raw = np.zeros(5 * 8 + 1, np.uint8)[1:]  # float64 at an odd address: not aligned
+    misaligned = raw.view(np.float64)
+    misaligned[:] = x
+    assert not strided.flags.c_contiguous and not misaligned.flags.aligned
+    want = compiled.run([x])[0]
+    for a in (strided, misaligned, [float(v) for v in x]):
+        np.testing.assert_array_equal(compiled.run([a])[0], want)
+
+
 # ------------------------------------------------------------------ the jit API
 def test_jit_compile_mode_value_and_grad_is_one_native_call(rng):
     x = rng.standard_normal(50)

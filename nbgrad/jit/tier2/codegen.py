@@ -285,12 +285,13 @@ class CompiledGraph(Executable):
                             f"{len(arrays)}")
         args = []
         for k, (a, (shape, dtype)) in enumerate(zip(arrays, self.in_specs, strict=True)):
-            a = np.asarray(a)
+            if type(a) is not np.ndarray:
+                a = np.asarray(a)
             if a.shape != shape:
                 raise ValueError(f"compiled graph: input {k} has shape {a.shape}, the graph "
                                  f"was built for {shape}")
-            if a.dtype != dtype or not a.flags.c_contiguous or not a.flags.writeable or \
-                    not a.flags.aligned:
+            # flags.carray: C-contiguous, aligned and writeable (one flags object, not three)
+            if a.dtype != dtype or not a.flags.carray:
                 a = np.array(a, dtype=dtype, order="C", copy=True)
             args.append(a)
         entry = self.entry

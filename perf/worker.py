@@ -44,6 +44,14 @@ def _peak_rss_mb() -> float:
     return peak / 1024 if sys.platform != "darwin" else peak / 2**20
 
 
+def _pin() -> None:
+    """Pin this process (and every thread it starts later) to ``PERF_CPUS``, before any
+    framework starts a thread."""
+    cpus = os.environ.get("PERF_CPUS", "")
+    if cpus and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+
+
 def _configure(framework: str) -> None:
     """Framework settings that must follow the import: one thread, float64 where asked."""
     if framework == "torch":
@@ -193,6 +201,7 @@ class Worker:
 def main() -> int:
     """Run one worker; the spec is the JSON in ``sys.argv[1]``."""
     spec = json.loads(sys.argv[1])
+    _pin()
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # whatever the frameworks print goes to stderr, not the protocol
 

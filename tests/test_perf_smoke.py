@@ -217,3 +217,19 @@ def test_runner_usage_errors(tmp_path):
     assert proc.returncode == 2 and "unknown framework" in proc.stderr
     proc = _run_perf(["--table-only", "--out-dir", str(tmp_path)], cwd=tmp_path, timeout=60)
     assert proc.returncode == 2 and "no benchmark results" in proc.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity here")
+def test_workers_are_pinned_to_as_many_cpus_as_threads(tmp_path):
+    from perf import harness
+
+    cpus = sorted(os.sched_getaffinity(0))
+    env = harness.worker_env(harness.Settings(), tmp_path, "t", threads=1)
+    want = [cpus[-1]] if len(cpus) > 1 else []
+    assert env["PERF_CPUS"] == ",".join(map(str, want))
+    if want:  # a child pinned so sees one CPU (this process is left as it was)
+        code = ("import os; from perf.worker import _pin; _pin(); "
+                "print(len(os.sched_getaffinity(0)))")
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=120, cwd=str(ROOT))
+        assert out.stdout.strip() == "1", out.stderr

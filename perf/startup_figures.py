@@ -1,6 +1,6 @@
-"""Start-up figures: `import nbgrad` and the first training step of a small MLP, in a
-fresh process, with an empty and with a warm compile cache; and W6 eager per-op latency
-against PyTorch eager, side by side.
+"""Start-up figures: `import nbgrad` and the first training step of a small MLP, and the
+first result of W1 through `nbgrad.jit`, in a fresh process, with an empty and with a
+warm compile cache; and W6 eager per-op latency against PyTorch eager, side by side.
 
     python perf/startup_figures.py [--repeats 3]
 
@@ -38,6 +38,21 @@ loss.backward()
 with nb.no_grad():
     for p in (w1, b1, w2, b2):
         p -= 0.01 * p.grad
+t2 = time.perf_counter()
+print("TIMES", t1 - t0, t2 - t0)
+"""
+
+#: W1 (perf/workloads/w1_rollout.py, size "full") through ``nbgrad.jit``: import, then the
+#: first result of a new graph (the cold-start target of issue 15, item 8)
+W1_JIT = r"""
+import time
+t0 = time.perf_counter()
+import nbgrad
+t1 = time.perf_counter()
+from perf.workloads import w1_rollout as w
+p = w.SIZES["full"]
+step = w._build_nbgrad_jit(w.make_inputs(p), p)
+step()
 t2 = time.perf_counter()
 print("TIMES", t1 - t0, t2 - t0)
 """
@@ -81,20 +96,24 @@ ONE_THREAD = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_N
                                "NUMBA_NUM_THREADS")}
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _run(code: str, env: dict) -> str:
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **ONE_THREAD, **env},
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True, check=True, cwd=ROOT)
     return out.stdout
 
 
-def startup(repeats: int) -> dict:
+def startup(repeats: int, code: str = STEP) -> dict:
+    """Median seconds of import and of import plus the first result of ``code``."""
     rows = {"cold": [], "warm": []}
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as numba_dir, \
                 tempfile.TemporaryDirectory() as nbgrad_dir:
             env = {"NUMBA_CACHE_DIR": numba_dir, "NBGRAD_CACHE_DIR": nbgrad_dir}
             for kind in ("cold", "warm"):
-                line = next(ln for ln in _run(STEP, env).splitlines()
+                line = next(ln for ln in _run(code, env).splitlines()
                             if ln.startswith("TIMES"))
                 imp, total = map(float, line.split()[1:])
                 rows[kind].append({"import_s": imp, "import_and_first_step_s": total})
@@ -122,7 +141,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    print(json.dumps({"startup": startup(args.repeats), "w6": w6()}, indent=2))
+    print(json.dumps({"startup": startup(args.repeats),
+                      "w1_jit_first": startup(args.repeats, W1_JIT), "w6": w6()}, indent=2))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,9 @@ if "nbgrad.jit.verify" in sys.modules:  # imported already (by a plugin): switch
 # in tier 2 whatever the timings, so the tier a test runs in never depends on the load.
 # Tests of the measurement set nbgrad.jit.program.MEASURE themselves.
 os.environ["NBGRAD_TIER_MEASURE"] = "0"
+# Tier 1 never runs eager ops while its interpreter builds in the background (whether a
+# tape runs natively must not depend on timing); tests of that set the flag themselves.
+os.environ["NBGRAD_TIER1_BACKGROUND"] = "0"
 if "nbgrad.jit.program" in sys.modules:
     sys.modules["nbgrad.jit.program"].MEASURE = False
 

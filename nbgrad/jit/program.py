@@ -37,6 +37,7 @@ from numba.core import event
 
 from . import timing
 from .executable import Executable
+from .tier1 import interpreter
 from .tier1.lowering import build_tape, loop_executable
 from .tier2 import codegen
 from .trace.function_trace import expand
@@ -145,6 +146,8 @@ def run_tier(exe) -> str | None:
     if isinstance(exe, Checked):
         return None if exe.verdict is None else "compile" if exe.verdict else "interpret"
     tier = getattr(exe, "tier", None)
+    if getattr(exe, "fell_back", False):  # a tape run with eager ops (interpreter unbuilt)
+        return None
     return tier if tier in ("interpret", "compile") else None
 
 
@@ -228,6 +231,8 @@ class Program:
         outs = owning(exe).run(arrays)
         seconds = timing.clock() - start - (timing.compile_seconds() - compiling)
         self.called(max(seconds, 0.0), count, role, run_tier(exe), exe)
+        if count and interpreter.PENDING:  # after a result: tier 1 ran eager ops for it
+            build_interpreter()
         return outs
 
     # ------------------------------------------------------------------ promotion check
@@ -410,6 +415,36 @@ _EXITING = False
 EXIT_GRACE_S = 1.0
 _IN_PROMOTION = threading.local()
 _HOOKED = False
+
+
+def build_interpreter() -> threading.Thread:
+    """Compile the tier-1 interpreter for its pending pool types
+    (:data:`nbgrad.jit.tier1.interpreter.PENDING`) in a daemon thread, one at a time;
+    exit abandons it like a promotion. If it fails, tapes compile on their next run
+    (which raises the error)."""
+    global _INTERPRETER_BUILD
+    thread = _INTERPRETER_BUILD
+    if thread is not None and thread.is_alive():
+        return thread
+    _install_exit_hook()
+
+    def work() -> None:
+        _IN_PROMOTION.active = True
+        try:
+            interpreter.build_pending()
+        except Exception:
+            if not _EXITING:
+                interpreter.PENDING.clear()
+                interpreter.BACKGROUND = False
+
+    thread = threading.Thread(target=work, name="nbgrad-jit-tier1", daemon=True)
+    _INTERPRETER_BUILD = thread
+    PROMOTIONS.append(thread)
+    thread.start()
+    return thread
+
+
+_INTERPRETER_BUILD: threading.Thread | None = None
 
 
 class PromotionAbandoned(Exception):

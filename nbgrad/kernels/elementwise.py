@@ -236,7 +236,9 @@ _UNARY_FIXUP = '''    for i in range(xs.size):
             out[i] = {expr}
 '''
 
-# modes: 0 same size, 1 b is a scalar, 2 a is a scalar, 3 general broadcast (strides)
+# modes: 0 same size, 1 b is a scalar, 2 a is a scalar; the general broadcast (strides;
+# ``idx``: zeros, one per dimension) is ``bcast_<name>``, a function of its own: most
+# programs never need its code, which costs twice the rest to compile
 _BINARY_TEMPLATE = '''
 
 @njit(**OPTS)
@@ -260,30 +262,37 @@ def binary_{name}(av, bv, out, mode, shape, sa, sb):
             b = bv[i]
             out[i] = {expr}
     else:
-        nd = shape.size
-        inner = shape[nd - 1]
-        ia = sa[nd - 1]
-        ib = sb[nd - 1]
-        idx = np.zeros(nd, np.int64)
-        offa = 0
-        offb = 0
-        for o in range(n // inner):
-            base = o * inner
-            for j in range(inner):
-                a = av[offa + j * ia]
-                b = bv[offb + j * ib]
-                out[base + j] = {expr}
-            d = nd - 2
-            while d >= 0:
-                idx[d] += 1
-                offa += sa[d]
-                offb += sb[d]
-                if idx[d] < shape[d]:
-                    break
-                offa -= sa[d] * shape[d]
-                offb -= sb[d] * shape[d]
-                idx[d] = 0
-                d -= 1
+        raise ValueError("binary_{name}: the general broadcast is bcast_{name}")
+
+
+@njit(**OPTS)
+def bcast_{name}(av, bv, out, shape, sa, sb, idx):
+    n = out.size
+    if n == 0:
+        return
+    nd = shape.size
+    inner = shape[nd - 1]
+    ia = sa[nd - 1]
+    ib = sb[nd - 1]
+    offa = 0
+    offb = 0
+    for o in range(n // inner):
+        base = o * inner
+        for j in range(inner):
+            a = av[offa + j * ia]
+            b = bv[offb + j * ib]
+            out[base + j] = {expr}
+        d = nd - 2
+        while d >= 0:
+            idx[d] += 1
+            offa += sa[d]
+            offb += sb[d]
+            if idx[d] < shape[d]:
+                break
+            offa -= sa[d] * shape[d]
+            offb -= sb[d] * shape[d]
+            idx[d] = 0
+            d -= 1
 '''
 
 # modes: 0 all the same shape, 1 like 0 but b is a scalar, 2 like 0 but a is a scalar,
@@ -439,6 +448,13 @@ def run_unary(name: str, x: np.ndarray, out_dtype: np.dtype, p0: float = 0.0,
     return out
 
 
+def _one(x: np.ndarray) -> np.ndarray:
+    """A one-element operand as a 1-d array, writable: a read-only one (a scalar constant)
+    would make Numba compile a second variant of the kernel."""
+    v = x.reshape(1)
+    return v if v.flags.writeable else v.copy()
+
+
 def run_binary(name: str, a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
     fn = _FUNCS.get("binary_" + name) or kernel_function("binary", name)
     if not a.flags.c_contiguous:
@@ -454,23 +470,25 @@ def run_binary(name: str, a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> 
         return out
     if not bshape:  # array op scalar
         out = np.empty(ashape, out_dtype)
-        args = (a.reshape(-1), b.reshape(1), out.reshape(-1), 1, EMPTY, EMPTY, EMPTY)
+        args = (a.reshape(-1), _one(b), out.reshape(-1), 1, EMPTY, EMPTY, EMPTY)
         if out.size < parallel.MIN_SIZE or not _split(fn, out.size, args, (0, 2)):
             fn(*args)
         return out
     shape = broadcast_shape(name, ashape, bshape)
     out = np.empty(shape, out_dtype)
     if b.size == 1 and ashape == shape:
-        args = (a.reshape(-1), b.reshape(-1), out.reshape(-1), 1, EMPTY, EMPTY, EMPTY)
+        args = (a.reshape(-1), _one(b), out.reshape(-1), 1, EMPTY, EMPTY, EMPTY)
         if out.size < parallel.MIN_SIZE or not _split(fn, out.size, args, (0, 2)):
             fn(*args)
     elif a.size == 1 and bshape == shape:
-        args = (a.reshape(-1), b.reshape(-1), out.reshape(-1), 2, EMPTY, EMPTY, EMPTY)
+        args = (_one(a), b.reshape(-1), out.reshape(-1), 2, EMPTY, EMPTY, EMPTY)
         if out.size < parallel.MIN_SIZE or not _split(fn, out.size, args, (1, 2)):
             fn(*args)
     elif out.size:  # the general broadcast: serial
-        fn(a.reshape(-1), b.reshape(-1), out.reshape(-1), 3, np.asarray(shape, np.int64),
-           broadcast_strides(ashape, shape), broadcast_strides(bshape, shape))
+        fn = _FUNCS.get("bcast_" + name) or kernel_function("bcast", name)
+        fn(a.reshape(-1), b.reshape(-1), out.reshape(-1), np.asarray(shape, np.int64),
+           broadcast_strides(ashape, shape), broadcast_strides(bshape, shape),
+           np.zeros(len(shape), np.int64))
     return out
 
 

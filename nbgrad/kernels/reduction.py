@@ -18,16 +18,27 @@ from .layout import accumulator, as_dtype, as_sum_dtype, broadcast, c_contiguous
 OPTS = dict(cache=True, nogil=True)
 
 
-@njit(**OPTS)
-def sum_arb(x, A, R, B, out):
+def sum_arb(x, A, R, B, out) -> None:
+    """``out[a, b] = sum over r of x[a, r, b]`` (flat C order), accumulated in float64;
+    two kernels, so that a program compiles only the one its shapes need."""
     if B == 1:
-        for a in range(A):
-            row = x[a * R:(a + 1) * R]
-            s = 0.0
-            for r in range(R):
-                s += row[r]
-            out[a] = s
-        return
+        _sum_rows(x, A, R, out)
+    else:
+        _sum_mid(x, A, R, B, out)
+
+
+@njit(**OPTS)
+def _sum_rows(x, A, R, out):
+    for a in range(A):
+        row = x[a * R:(a + 1) * R]
+        s = 0.0
+        for r in range(R):
+            s += row[r]
+        out[a] = s
+
+
+@njit(**OPTS)
+def _sum_mid(x, A, R, B, out):
     acc = np.zeros(B, np.float64)
     for a in range(A):
         acc[:] = 0.0

@@ -20,10 +20,17 @@ switches on a sub-opcode per element (compiled once, cheap to compile). The modu
 is written to the cache folder by :func:`nbgrad.codegen.load_module`, so Numba's
 ``cache=True`` makes the compile a once-per-install cost: a new graph or a new shape
 only builds a new tape.
+
+That one compile takes many seconds, so it never delays a result: while ``run`` for
+a pool type is neither compiled in this process nor in Numba's disk cache
+(:func:`ready`), tapes run their graphs with eager ops and the pool type waits in
+:data:`PENDING` until :func:`build_pending` compiles it (``nbgrad.jit.program`` calls
+it in a background thread once a call has returned).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 
 from ... import codegen
@@ -385,3 +392,42 @@ def module():
 def run_function():
     """The ``run(ins, start, stop, buf, fp, ia)`` dispatcher."""
     return module().run
+
+
+#: argument types of ``run`` that a tape needed while they were not compiled (see
+#: :func:`ready`), for :func:`build_pending`
+PENDING: dict[tuple, None] = {}
+#: whether a tape whose ``run`` is not built runs eager ops meanwhile (False: it compiles
+#: ``run`` first, as ``NBGRAD_TIER1_BACKGROUND=0`` asks, the test suite for one, and as
+#: happens after a background build failed)
+BACKGROUND = os.environ.get("NBGRAD_TIER1_BACKGROUND", "1") != "0"
+
+
+def ready(args: tuple) -> bool:
+    """Whether ``run(*args)`` runs without compiling: its types are compiled in this
+    process or load from Numba's disk cache (loaded now). Otherwise the types join
+    :data:`PENDING` and the caller runs its graph another way."""
+    run = run_function()
+    tys = tuple(run.typeof_pyval(a) for a in args)
+    if tys in run.overloads or not BACKGROUND:
+        return True
+    try:  # Numba's cache index, read without compiling (private API: see except)
+        cache = run._cache
+        cached = cache._index_key(tys, run.targetctx.codegen()) in \
+            cache._cache_file._load_index()
+    except Exception:  # a Numba without these internals: compile on first run
+        return True
+    if cached:
+        run.compile(tys)  # a load (a stale entry compiles here, as it used to)
+        return True
+    PENDING.setdefault(tys, None)
+    return False
+
+
+def build_pending() -> None:
+    """Compile ``run`` for every type in :data:`PENDING` (slow: run it in a thread)."""
+    run = run_function()
+    while PENDING:
+        tys = next(iter(PENDING))
+        run.compile(tys)
+        PENDING.pop(tys, None)

@@ -464,12 +464,14 @@ def build_tape(graph: Graph) -> TapeExecutable:
 
 
 def loop_executable(info: LoopInfo, arrays: Sequence[np.ndarray]) -> TapeExecutable | None:
-    """A fully native tape for one loop node (None when its body is not supported)."""
+    """A fully native tape for one loop node (None when its body is not supported, or
+    the interpreter is not built yet)."""
     key = ("tape", info.count, info.xs_index, info.ys_index, info.index,
            tuple((a.shape, a.dtype.str) for a in arrays))
     cache = info.body.cache
     if key in cache:
-        return cache[key]
+        exe = cache[key]
+        return exe if exe is None or exe.native_ready() else None
     ins = [Var(a.shape, a.dtype) for a in arrays]
     nc = info.n_carry
     outs = [v.like() for v in info.body.outputs[:nc]]
@@ -483,4 +485,5 @@ def loop_executable(info: LoopInfo, arrays: Sequence[np.ndarray]) -> TapeExecuta
     else:  # run while graphs are traced: its pool is not kept between runs
         exe.keep_pool = False
     cache[key] = exe
-    return exe
+    # while the interpreter is not built, the loop runs with eager ops (never waits)
+    return exe if exe is None or exe.native_ready() else None

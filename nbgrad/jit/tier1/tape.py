@@ -47,6 +47,8 @@ class TapeExecutable(Executable):
         self._pool: np.ndarray | None = None
         self._lock = threading.Lock()
         self.native_calls = sum(1 for s in self.steps if s[0] == "native")
+        self._ready = self.native_calls == 0  # the interpreter is compiled (or unneeded)
+        self.fell_back = False
 
     def _encode(self, code: list) -> None:
         rows = []
@@ -106,7 +108,18 @@ class TapeExecutable(Executable):
                 self._lock.release()
         return self._run(self.template.copy(), arrays)
 
+    def native_ready(self) -> bool:
+        """Whether the interpreter runs this tape without compiling first (see
+        :func:`nbgrad.jit.tier1.interpreter.ready`)."""
+        if not self._ready:
+            self._ready = I.ready((self.ins, 0, 0, self.template, self.fp, self.ia))
+        return self._ready
+
     def _run(self, buf: np.ndarray, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        #: whether the last run used eager ops because the interpreter is not built yet
+        self.fell_back = not self.native_ready()
+        if self.fell_back:
+            return Executable.run(self, arrays)
         side: dict[int, np.ndarray] = dict(self.side_consts)
         for loc, arr in zip(self.in_locs, arrays, strict=True):
             if isinstance(loc, Loc):

@@ -324,7 +324,8 @@ def test_cli_fuzz_runs_prints_a_summary_and_fails_on_a_failure(monkeypatch, caps
 
 
 def test_executors_are_the_documented_ones():
-    assert EXECUTORS == ("eager", "fd", "jvp", "vmap", "interpret", "compile", "auto")
+    assert EXECUTORS == ("eager", "fd", "jvp", "vmap", "reference", "interpret", "compile",
+                         "auto")
     assert diff_mod.EXTRA_EXECUTORS == ("blocked",)
 
 
@@ -385,3 +386,14 @@ def test_failures_shrink_to_the_steps_that_matter(monkeypatch):
     # the shrunk program's leaf keeps its values
     np.testing.assert_array_equal(small.program.leaves()[0].numpy(),
                                   program.leaves()[0].numpy())
+
+
+def test_tier1_never_stands_in_eager_ops_while_fuzzing(monkeypatch):
+    """Outside the suite (``nbgrad fuzz``) tier 1 runs eager ops while its interpreter
+    builds: ``interpret`` would then check the ``reference`` executor twice."""
+    from nbgrad.jit.tier1 import interpreter
+
+    monkeypatch.setattr(interpreter, "BACKGROUND", True)
+    with diff_mod.no_promotion_check():
+        assert interpreter.BACKGROUND is False
+    assert interpreter.BACKGROUND is True

@@ -26,10 +26,12 @@ def _executors(text: str) -> tuple[str, ...]:
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="First seed (programs use consecutive seeds; default: from the clock, "
               "printed so that the run can be repeated).")
-@click.option("--executors", default="eager,fd,jvp,vmap,interpret,compile,auto", show_default=True,
-              metavar="NAMES", help="Comma-separated: eager, fd (finite differences), "
-              "interpret (tier 1), compile (tier 2), auto (after promotion), blocked (tier 2 "
-              "with every region it can block as a loop over small blocks).")
+@click.option("--executors", default="eager,fd,jvp,vmap,reference,interpret,compile,auto",
+              show_default=True, metavar="NAMES",
+              help="Comma-separated: eager, fd (finite differences), reference (the traced "
+              "graph replayed with eager ops), interpret (tier 1), compile (tier 2), auto "
+              "(after promotion), blocked (tier 2 with every region it can block as a "
+              "loop over small blocks).")
 @click.option("--max-steps", type=click.IntRange(min=1, max=12), default=4,
               show_default=True, help="Step families drawn per program.")
 @click.option("--max-programs", type=click.IntRange(min=1), default=None,

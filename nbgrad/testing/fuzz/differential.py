@@ -4,7 +4,9 @@ Executors: ``eager`` (float64 reference; float32 programs are also compared with
 float64 twin), ``fd`` (the eager gradient against central finite differences in
 float64, along random directions), ``jvp`` (forward mode: the directional derivative of
 the loss by ``nbgrad.jvp`` against the eager gradient), ``vmap`` (the program and its
-gradient under ``nbgrad.vmap`` over two input sets against eager on each), ``interpret``
+gradient under ``nbgrad.vmap`` over two input sets against eager on each), ``reference``
+(``nbgrad.jit(mode="reference")``: the traced graph replayed with eager ops, as tier 1
+runs it while its interpreter builds), ``interpret``
 (``nbgrad.jit(mode="interpret")``, tier 1), ``compile`` (``mode="compile"``, tier 2)
 ``auto`` (``mode="auto"`` after the background promotion to tier 2), and, when named,
 ``blocked`` (tier 2 with every region it can block written as a loop over small blocks,
@@ -40,6 +42,7 @@ from ... import functional, jit
 from ...batching import vmap
 from ...errors import TracerError
 from ...jit import program as tiers
+from ...jit.tier1 import interpreter
 from ...kernels import parallel
 from ...tensor import Tensor
 from .program import Program, to_source
@@ -53,7 +56,7 @@ from .special import (
     special_inputs,
 )
 
-EXECUTORS = ("eager", "fd", "jvp", "vmap", "interpret", "compile", "auto")
+EXECUTORS = ("eager", "fd", "jvp", "vmap", "reference", "interpret", "compile", "auto")
 #: executors run only when named: ``blocked`` is tier 2 with every fused region that can
 #: be written as a loop over blocks written so (:func:`blocked_everywhere`)
 EXTRA_EXECUTORS = ("blocked",)
@@ -95,7 +98,8 @@ class Mismatch:
 
     def report(self) -> str:
         """The headline and a reproducer: the program as nbgrad code and as a Program."""
-        mode = {"interpret": "interpret", "compile": "compile", "auto": "auto",
+        mode = {"reference": "reference", "interpret": "interpret", "compile": "compile",
+                "auto": "auto",
                 "blocked": "compile"}.get(self.executor)
         lines = [self.headline(), "", "# reproducer", to_source(self.program)]
         if self.shrunk_from:
@@ -138,14 +142,17 @@ class Mismatch:
 def no_promotion_check() -> Iterator[None]:
     """Tier 2 runs unverified (``nbgrad.jit.set_promotion_check(False)``) and unmeasured
     (``nbgrad.jit.program.MEASURE``: it is not swapped back for tier 1 on its timings),
-    both restored after."""
+    and tier 1 runs the interpreter even before it is built (``interpreter.BACKGROUND``
+    off: no eager ops in its place, which ``reference`` checks), all restored after."""
     switch = getattr(jit, "set_promotion_check", None)
     previous = switch(False) if switch is not None else None
     measure, tiers.MEASURE = tiers.MEASURE, False
+    background, interpreter.BACKGROUND = interpreter.BACKGROUND, False
     try:
         yield
     finally:
         tiers.MEASURE = measure
+        interpreter.BACKGROUND = background
         if switch is not None:
             switch(previous)
 
@@ -529,9 +536,10 @@ def check_programs(programs: Sequence[Program], executors: Sequence[str] = EXECU
                 bad = vmapped(p, refs)
                 _count(stats, "vmap" if bad is not None else "vmap refused")
                 found += bad or []
-            if "interpret" in executors:
-                _count(stats, "interpret")
-                found += run_jit([p], [refs], "interpret")[0]
+            for executor in ("reference", "interpret"):
+                if executor in executors:
+                    _count(stats, executor)
+                    found += run_jit([p], [refs], executor)[0]
         for executor in ("compile", "auto", "blocked"):
             if executor not in executors:
                 continue

@@ -148,3 +148,52 @@ def test_read_only_scalar_operands_reach_kernels_writable(monkeypatch):
         np.testing.assert_array_equal(ew.run_binary("mul", a, b, np.dtype(np.float64)),
                                       2.0 * x)
     assert seen == [[True, True, True]] * 3
+
+
+class _FakeRun:
+    """``run`` as not compiled and not in the disk cache; records compiles."""
+
+    def __init__(self):
+        self.overloads, self.compiled = {}, []
+        self.targetctx = self
+
+        class _Cache:
+            _cache_file = type("F", (), {"_load_index": staticmethod(lambda: {})})()
+
+            @staticmethod
+            def _index_key(tys, codegen):
+                return tys
+
+        self._cache = _Cache()
+
+    def typeof_pyval(self, a):
+        return type(a).__name__
+
+    def codegen(self):
+        return None
+
+    def compile(self, tys):
+        self.compiled.append(tys)
+
+
+def test_eager_stand_ins_give_way_to_the_build_once_they_cost_the_budget(monkeypatch):
+    """A program that keeps calling would otherwise run slow eager replays (and hold the
+    GIL the build needs) for as long as it calls: past the budget, tapes wait for it."""
+    fake = _FakeRun()
+    monkeypatch.setattr(I, "run_function", lambda: fake)
+    monkeypatch.setattr(I, "BACKGROUND", True)
+    monkeypatch.setattr(I, "PENDING", {})
+    monkeypatch.setattr(I, "FALLBACK_SPENT", [0.0])
+    args = (np.zeros(3), 0)
+    assert not I.ready(args) and fake.compiled == [] and list(I.PENDING) == [("ndarray", "int")]
+    I.FALLBACK_SPENT[0] = I.FALLBACK_BUDGET_S
+    assert I.ready(args) and fake.compiled == [("ndarray", "int")] and not I.PENDING
+
+
+def test_eager_stand_in_runs_count_against_the_budget(unbuilt, monkeypatch):
+    monkeypatch.setattr(I, "FALLBACK_SPENT", [0.0])
+    f = nb.jit(nb.value_and_grad(_loss, argnums=(0, 1)), mode="interpret")
+    f(*_args())
+    assert I.FALLBACK_SPENT[0] == 0.0  # the trace is no stand-in run
+    f(*_args())
+    assert I.FALLBACK_SPENT[0] > 0.0

@@ -25,7 +25,8 @@ That one compile takes many seconds, so it never delays a result: while ``run`` 
 a pool type is neither compiled in this process nor in Numba's disk cache
 (:func:`ready`), tapes run their graphs with eager ops and the pool type waits in
 :data:`PENDING` until :func:`build_pending` compiles it (``nbgrad.jit.program`` calls
-it in a background thread once a call has returned).
+it in a background thread once a call has returned). Once the eager runs have cost
+:data:`FALLBACK_BUDGET_S`, tapes wait for the build instead.
 """
 
 from __future__ import annotations
@@ -401,6 +402,12 @@ PENDING: dict[tuple, None] = {}
 #: ``run`` first, as ``NBGRAD_TIER1_BACKGROUND=0`` asks, the test suite for one, and as
 #: happens after a background build failed)
 BACKGROUND = os.environ.get("NBGRAD_TIER1_BACKGROUND", "1") != "0"
+#: seconds of eager stand-in runs after which tapes wait for the build instead (it costs
+#: about ten seconds; a program that keeps calling would run slow eager replays, and
+#: hold the GIL that the build needs, for as long as it kept calling)
+FALLBACK_BUDGET_S = 1.0
+#: seconds spent in eager stand-in runs so far (``[seconds]``, added to by the tapes)
+FALLBACK_SPENT = [0.0]
 
 
 def ready(args: tuple) -> bool:
@@ -417,8 +424,11 @@ def ready(args: tuple) -> bool:
             cache._cache_file._load_index()
     except Exception:  # a Numba without these internals: compile on first run
         return True
-    if cached:
-        run.compile(tys)  # a load (a stale entry compiles here, as it used to)
+    if cached or FALLBACK_SPENT[0] >= FALLBACK_BUDGET_S:
+        # a load (a stale entry compiles here, as it used to); past the budget, the
+        # compile, or the wait for the background build (Numba's compiler lock)
+        run.compile(tys)
+        PENDING.pop(tys, None)
         return True
     PENDING.setdefault(tys, None)
     return False

@@ -4,6 +4,7 @@ precompiled interpreter, eager steps between them) and prints it."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -119,7 +120,10 @@ class TapeExecutable(Executable):
         #: whether the last run used eager ops because the interpreter is not built yet
         self.fell_back = not self.native_ready()
         if self.fell_back:
-            return Executable.run(self, arrays)
+            start = time.perf_counter()
+            outs = Executable.run(self, arrays)
+            I.FALLBACK_SPENT[0] += time.perf_counter() - start
+            return outs
         side: dict[int, np.ndarray] = dict(self.side_consts)
         for loc, arr in zip(self.in_locs, arrays, strict=True):
             if isinstance(loc, Loc):

@@ -354,3 +354,22 @@ def test_compare_jacobians_returns_what_gradcheck_raises():
         gradcheck(Twice.apply, (x,))
     assert compare_jacobians(nb.exp, (x,)).ok
     assert not compare_jacobians(Twice.apply, (x,), fast_mode=True).ok
+
+
+def test_check_jit_rows_run_the_interpreter_not_its_eager_stand_in(monkeypatch):
+    # While the interpreter builds in the background, tier 1 runs eager ops instead
+    # (nbgrad.jit.tier1.interpreter.BACKGROUND); `nbgrad check` must check the interpreter.
+    from nbgrad.cli.opcheck import CheckOptions, check_op
+    from nbgrad.jit.tier1 import interpreter
+
+    real_ready, seen = interpreter.ready, []
+
+    def spy(args):
+        seen.append(interpreter.BACKGROUND)
+        return real_ready(args)
+
+    monkeypatch.setattr(interpreter, "BACKGROUND", True)
+    monkeypatch.setattr(interpreter, "ready", spy)
+    (row,) = check_op("exp", CheckOptions(modes=("jit",)))
+    assert row["first_order"]["status"] == "pass"
+    assert seen and not any(seen)

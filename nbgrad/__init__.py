@@ -18,6 +18,12 @@ from . import (
     random,
 )
 from .batching import vmap
+from .complex_tensor import (
+    ComplexTensor,
+    complex,  # noqa: A004 - torch.complex
+    view_as_complex,
+    view_as_real,
+)
 from .device import Device
 from .dtypes import bool_, float32, float64, int32, int64
 from .errors import TableError, TracerError
@@ -64,8 +70,7 @@ _LAZY = ("nn", "optim", "special", "fft")
 
 
 #: namespaces of the spec that do not exist yet, and why
-_NOT_YET = {"fft": "nbgrad.fft is not available yet: its transforms need complex tensors, "
-                   "which nbgrad does not have"}
+_NOT_YET: dict[str, str] = {}
 
 
 def __getattr__(name: str):

@@ -13,11 +13,22 @@ from .device import Device
 from .kernels.layout import c_contiguous
 from .tensor import Tensor
 
+#: installed by nbgrad.complex: ``fn(data, dtype, requires_grad)``, a ComplexTensor of
+#: complex data (or a complex dtype), else None
+COMPLEX_DATA: list = [None]
+
 
 def tensor(data: Any, dtype: Any = None, requires_grad: bool = False,
            device: Any = "cpu") -> Tensor:
-    """A new tensor holding a copy of ``data`` (scalar, nested list or array)."""
-    return Tensor(data, dtype=dtype, requires_grad=requires_grad, device=device)
+    """A new tensor holding a copy of ``data`` (scalar, nested list or array); complex data
+    gives a :class:`~nbgrad.complex_tensor.ComplexTensor`."""
+    try:
+        return Tensor(data, dtype=dtype, requires_grad=requires_grad, device=device)
+    except TypeError:
+        made = None if COMPLEX_DATA[0] is None else COMPLEX_DATA[0](data, dtype, requires_grad)
+        if made is None:
+            raise
+        return made
 
 
 def as_tensor(data: Any, dtype: Any = None) -> Tensor:

@@ -11,6 +11,15 @@ from typing import Any
 Spec = tuple
 
 
+#: other container types: type -> (children of an instance, instance from children)
+NODES: dict[type, tuple] = {}
+
+
+def register_node(cls: type, children, build) -> None:
+    """Let ``cls`` be a container: ``children(x)`` a tuple of subtrees, ``build(kids)``."""
+    NODES[cls] = (children, build)
+
+
 def flatten(tree: Any) -> tuple[list, Spec]:
     """The leaves of ``tree`` in order, and its structure."""
     # a module-level helper, as for unflatten: a recursive closure's reference cycle kept
@@ -33,6 +42,9 @@ def _walk(node: Any, leaves: list) -> Spec:
     if isinstance(node, dict):
         keys = tuple(node)
         return ("dict", keys, tuple(_walk(node[k], leaves) for k in keys))
+    node_type = NODES.get(type(node))
+    if node_type is not None:
+        return ("node", type(node), tuple(_walk(x, leaves) for x in node_type[0](node)))
     leaves.append(node)
     return ("leaf",)
 
@@ -54,6 +66,8 @@ def _build(s: Spec, it) -> Any:
         return tuple(_build(k, it) for k in s[1])
     if kind == "namedtuple":
         return s[1](*(_build(k, it) for k in s[2]))
+    if kind == "node":
+        return NODES[s[1]][1](tuple(_build(k, it) for k in s[2]))
     if kind == "list":
         return [_build(k, it) for k in s[1]]
     return {key: _build(k, it) for key, k in zip(s[1], s[2], strict=True)}

@@ -400,6 +400,8 @@ class Tensor:
     # ------------------------------------------------------------------ operators
     def __add__(self, other):
         out = _LEAN(_LEAN_OPS["add"], self, other, True)
+        if out is None and getattr(other, "is_complex_tensor", False):
+            return NotImplemented  # ComplexTensor's reflected operator
         return _OPS.add(self, other) if out is None else out
 
     def __radd__(self, other):
@@ -407,6 +409,8 @@ class Tensor:
 
     def __sub__(self, other):
         out = _LEAN(_LEAN_OPS["sub"], self, other, True)
+        if out is None and getattr(other, "is_complex_tensor", False):
+            return NotImplemented  # ComplexTensor's reflected operator
         return _OPS.sub(self, other) if out is None else out
 
     def __rsub__(self, other):
@@ -414,6 +418,8 @@ class Tensor:
 
     def __mul__(self, other):
         out = _LEAN(_LEAN_OPS["mul"], self, other, True)
+        if out is None and getattr(other, "is_complex_tensor", False):
+            return NotImplemented  # ComplexTensor's reflected operator
         return _OPS.mul(self, other) if out is None else out
 
     def __rmul__(self, other):
@@ -421,6 +427,8 @@ class Tensor:
 
     def __truediv__(self, other):
         out = _LEAN(_LEAN_OPS["div"], self, other, True)
+        if out is None and getattr(other, "is_complex_tensor", False):
+            return NotImplemented  # ComplexTensor's reflected operator
         return _OPS.div(self, other) if out is None else out
 
     def __rtruediv__(self, other):

@@ -44,8 +44,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("nbgrad.ops",),
     ("nbgrad.autograd", "nbgrad.cuda"),  # both build on ops: the graph, the CUDA kernels
     ("nbgrad.functional", "nbgrad.linalg", "nbgrad.nn", "nbgrad.optim", "nbgrad.special",
-     "nbgrad.recompute"),
-    ("nbgrad.numpy_interop",),
+     "nbgrad.recompute", "nbgrad.complex_tensor"),
+    ("nbgrad.numpy_interop", "nbgrad.fft"),
     ("nbgrad.jit",),  # its CUDA tier (nbgrad.jit.cuda) uses nbgrad.cuda's kernels
     ("nbgrad.batching",),  # vmap: runs the jit tracer's graphs with batching rules
     ("nbgrad.testing",),

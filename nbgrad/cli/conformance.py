@@ -163,9 +163,14 @@ def _flat_outputs(out: Any) -> list:
 def _as_array(x: Any) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         return x.detach().resolve_conj().numpy(force=True)
-    if isinstance(x, nb.Tensor):
+    if isinstance(x, (nb.Tensor, nb.ComplexTensor)):
         return x.numpy()
     return np.asarray(x)
+
+
+def _pairs(x: np.ndarray) -> np.ndarray:
+    """A complex array as real pairs (..., 2), as ``view_as_real``."""
+    return np.stack([x.real, x.imag], -1)
 
 
 def _close(got: np.ndarray, want: np.ndarray, what: str) -> str:
@@ -179,8 +184,10 @@ def _close(got: np.ndarray, want: np.ndarray, what: str) -> str:
             return f"{what}: values differ"
         else:
             return ""
-    if want.dtype.kind == "c" or got.dtype.kind == "c":
-        return f"{what}: complex results are not supported"
+    if want.dtype.kind == "c" and got.dtype.kind == "c":  # compared as view_as_real
+        got, want = _pairs(got), _pairs(want)
+    elif want.dtype.kind == "c" or got.dtype.kind == "c":
+        return f"{what}: dtype {got.dtype}, PyTorch {want.dtype}"
     g, w = got.astype(np.float64), want.astype(np.float64)
     scale = max(1.0, float(np.max(np.abs(w[np.isfinite(w)]), initial=0.0)))
     if not np.allclose(g, w, rtol=1e-6, atol=1e-9 * scale, equal_nan=True):
@@ -193,15 +200,21 @@ def _close(got: np.ndarray, want: np.ndarray, what: str) -> str:
 def _grads(outs_t, outs_n, leaves, rng, create_graph: bool):
     """Vector-Jacobian products of both libraries with one random cotangent."""
     # outputs that nbgrad treats as constants (e.g. slogdet's sign) are left out of both
-    pairs = [(o, n) for o, n in zip(outs_t, outs_n, strict=False)
-             if isinstance(o, torch.Tensor) and o.requires_grad and o.dtype.is_floating_point
-             and isinstance(n, nb.Tensor) and n.requires_grad]
+    # complex outputs: nbgrad's as real pairs (view_as_real), PyTorch's cotangent
+    # re + i im for the pairs' (re, im): both are the gradient of sum(re Re y + im Im y)
+    pairs = [(o, nb.view_as_real(n) if isinstance(n, nb.ComplexTensor) else n)
+             for o, n in zip(outs_t, outs_n, strict=False)
+             if isinstance(o, torch.Tensor) and o.requires_grad
+             and (o.dtype.is_floating_point or o.dtype.is_complex)
+             and isinstance(n, (nb.Tensor, nb.ComplexTensor)) and n.requires_grad]
     if not pairs or not leaves:
         return None
-    cot = [rng.standard_normal(o.shape) for o, _ in pairs]
+    cot = [rng.standard_normal(n.shape) for _, n in pairs]
     gt = torch.autograd.grad([o for o, _ in pairs], [t for t, _ in leaves],
-                             [torch.tensor(c) for c in cot], allow_unused=True,
-                             create_graph=create_graph)
+                             [torch.complex(torch.tensor(c[..., 0]), torch.tensor(c[..., 1]))
+                              if o.dtype.is_complex else torch.tensor(c)
+                              for (o, _), c in zip(pairs, cot, strict=True)],
+                             allow_unused=True, create_graph=create_graph)
     gn = nb.autograd.grad([n for _, n in pairs], [n for _, n in leaves],
                           [nb.tensor(c) for c in cot], allow_unused=True,
                           create_graph=create_graph)

@@ -103,6 +103,9 @@ def _first_mismatch(op, fn: Callable, args: tuple, kwargs: dict) -> TypeError | 
         bound = signature.bind(*args, **kwargs)
     except TypeError as exc:
         return TypeError(f"{op.name}(): {exc}")
+    if any(getattr(v, "is_complex_tensor", False) for v in bound.arguments.values()):
+        return TypeError(f"nbgrad: {op.name} does not take complex tensors; use "
+                         ".real/.imag/abs() or view_as_real")
     variadic = {p.name for p in signature.parameters.values() if p.kind == p.VAR_POSITIONAL}
     for position, param in enumerate(entry.schema.params, start=1):
         if param.name not in bound.arguments:

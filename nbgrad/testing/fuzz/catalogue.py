@@ -159,6 +159,28 @@ _op("topk", run=lambda xs, p: nb.topk(xs[0], p[2], p[0], p[1]).values,  # (dim, 
 _op("layer_norm", run=lambda xs, p: F.layer_norm(xs[0], p[0], *xs[1:]),
     code=lambda a, p: f"F.layer_norm({a[0]}, {p[0]!r}{''.join(', ' + x for x in a[1:])})")
 
+# spectral steps (nbgrad.fft; params (dim, norm)): real in, real out, through each of the
+# table's three transforms (fft_r2c, fft_c2c, fft_c2r)
+def _spectral(name: str) -> Callable:
+    def run(xs, p):
+        from ... import fft
+
+        if name == "fft_real":
+            return fft.fft(xs[0], dim=p[0], norm=p[1]).real
+        if name == "ifft_rfft_imag":
+            return fft.ifft(fft.rfft(xs[0], dim=p[0]), dim=p[0], norm=p[1]).imag
+        return fft.irfft(fft.rfft(xs[0], dim=p[0], norm=p[1]) * 0.5, dim=p[0])
+
+    return run
+
+
+_op("fft_real", "fft_r2c", _spectral("fft_real"),
+    "nb.fft.fft({0}, dim={p0!r}, norm={p1!r}).real")
+_op("ifft_rfft_imag", "fft_c2c", _spectral("ifft_rfft_imag"),
+    "nb.fft.ifft(nb.fft.rfft({0}, dim={p0!r}), dim={p0!r}, norm={p1!r}).imag")
+_op("irfft_rfft", "fft_c2r", _spectral("irfft_rfft"),
+    "nb.fft.irfft(nb.fft.rfft({0}, dim={p0!r}, norm={p1!r}) * 0.5, dim={p0!r})")
+
 # shape ops
 for _name in ("reshape", "permute", "unsqueeze", "squeeze", "flip", "expand", "repeat",
               "tile", "tril", "triu"):

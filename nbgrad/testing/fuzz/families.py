@@ -214,7 +214,7 @@ def _ternary(r: Rand, b: Builder) -> None:
 
 _REDUCE = ("sum", "mean", "prod", "amax", "amin", "logsumexp", "var", "std", "norm",
            "max_dim", "min_dim", "cumsum", "cumprod", "softmax", "log_softmax", "sort",
-           "topk", "layer_norm")
+           "topk", "layer_norm", "fft_real", "ifft_rfft_imag", "irfft_rfft")
 
 
 def _reduce(r: Rand, b: Builder) -> None:
@@ -260,6 +260,11 @@ def _reduce_step(r: Rand, b: Builder, name: str, i: int, ndim: int):
         return name, (x,), (dim, keep, p)
     if name in ("cumsum", "softmax", "log_softmax"):
         return name, (i,), (_dim(r, ndim),)
+    if name in ("fft_real", "ifft_rfft_imag", "irfft_rfft"):
+        dim = _dim(r, ndim)
+        if ndim == 0 or b.shape(i)[dim] < (2 if name == "irfft_rfft" else 1):
+            return None
+        return name, (i,), (dim, r.choice(["backward", "ortho", "forward"]))
     if name in ("sort", "topk"):
         dim = _dim(r, ndim)
         descending = r.booleans()

@@ -1,4 +1,4 @@
-"""Five ops new in issue 14, forward + backward at one realistic size: nbgrad eager and
+"""Six ops new in issue 14, forward + backward at one realistic size: nbgrad eager and
 ``nbgrad.jit`` (``mode="compile"``: tier 2, the steady state promotion reaches) against
 PyTorch eager and JAX ``jit``, float64, one thread.
 
@@ -47,6 +47,7 @@ CASES: dict[str, tuple[list[np.ndarray], list[bool]]] = {
     "scaled_dot_product_attention": ([RNG.standard_normal((8, 128, 64)) for _ in range(3)],
                                      [True, True, True]),
     "interpolate_bilinear": ([RNG.standard_normal((8, 16, 32, 32))], [True]),
+    "rfft_power": ([RNG.standard_normal((64, 1024))], [True]),  # |rfft(x)|^2 along rows
 }
 
 
@@ -55,8 +56,9 @@ def _cotangent(shape) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ the four frameworks
-def _torch_like_ops(F, erfinv) -> dict[str, Callable]:
-    """The five ops through a ``torch.nn.functional``-like module (nbgrad's or torch's)."""
+def _torch_like_ops(F, erfinv, fft) -> dict[str, Callable]:
+    """The six ops through ``torch.nn.functional``- and ``torch.fft``-like modules (nbgrad's
+    or torch's)."""
     return {
         "erfinv": erfinv,
         "batch_norm": lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
@@ -65,12 +67,13 @@ def _torch_like_ops(F, erfinv) -> dict[str, Callable]:
             q, k, v, is_causal=True),
         "interpolate_bilinear": lambda x: F.interpolate(x, size=(64, 64), mode="bilinear",
                                                         align_corners=False),
+        "rfft_power": lambda x: fft.rfft(x, dim=-1).abs() ** 2,
     }
 
 
 def nbgrad_fns(jit: bool) -> dict[str, Callable]:
     import nbgrad as nb
-    ops = _torch_like_ops(nb.nn.functional, nb.erfinv)
+    ops = _torch_like_ops(nb.nn.functional, nb.erfinv, nb.fft)
     out = {}
     for name, op in ops.items():
         arrays, diff = CASES[name]
@@ -96,7 +99,7 @@ def torch_fns() -> dict[str, Callable]:
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(1)
-    ops = _torch_like_ops(F, torch.erfinv)
+    ops = _torch_like_ops(F, torch.erfinv, torch.fft)
     out = {}
     for name, op in ops.items():
         arrays, diff = CASES[name]
@@ -140,7 +143,8 @@ def jax_fns() -> dict[str, Callable]:
         return jax.image.resize(x, x.shape[:2] + (64, 64), "linear", antialias=False)
 
     ops = {"erfinv": erfinv, "batch_norm": batch_norm, "group_norm": group_norm,
-           "scaled_dot_product_attention": attention, "interpolate_bilinear": bilinear}
+           "scaled_dot_product_attention": attention, "interpolate_bilinear": bilinear,
+           "rfft_power": lambda x: jnp.abs(jnp.fft.rfft(x, axis=-1)) ** 2}
     out = {}
     for name, op in ops.items():
         arrays, diff = CASES[name]

@@ -453,6 +453,7 @@ def test_contexts_are_released_when_the_outputs_die_without_backward(rng):
     assert htable.live_contexts() == 16
     del ys
     assert htable.live_contexts() == 0
+    assert not htable._OWNER_REFS  # the weak references that released them went too
 
 
 def test_handle_table_errors_name_the_function():
@@ -707,3 +708,34 @@ def test_double_backward_through_once_differentiable_raises(rng, path):
         with pytest.raises(RuntimeError, match="once_differentiable") as jitted:
             nb.grad(lambda t: nb.grad(jf)(t).sum())(nb.tensor(x0))
         assert "CubeOnce" in str(jitted.value) and "CubeOnce" in str(eager.value)
+
+
+@pytest.mark.parametrize("mode", ["compile", "interpret"])
+def test_python_op_code_gets_numpys_own_dtype_objects(rng, mode):
+    """Arrays from cached Numba code carry equal but unpickled dtype objects; the tensors
+    handed to a PythonOp's forward and backward carry NumPy's own, so that the eager ops
+    inside them take the lean path (it tests dtypes by identity)."""
+    seen = []
+
+    class Probe(Function):
+        jit_path = "python"
+
+        @staticmethod
+        def forward(ctx, x):
+            seen.append(x._data.dtype)
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            seen.append(g._data.dtype)
+            (x,) = ctx.saved_tensors
+            return 2.0 * x * g
+
+    jf = nb.jit(lambda t: (Probe.apply(t * 1.5) * 3.0).sum(), mode=mode)
+    x0 = rng.standard_normal(7)
+    for _ in range(3):
+        x = nb.tensor(x0, requires_grad=True)
+        jf(x).backward()
+        _close(x.grad, 13.5 * x0)
+    assert seen and all(dt is np.dtype(np.float64) for dt in seen), seen

@@ -108,7 +108,8 @@ class BackwardFunction(Node):
                                        "corresponding forward input was not a tensor")
                 continue
             shape, dtype = self.input_meta[k]
-            if g is not None and self.next_edges[k] is not None:
+            if g is not None and self.next_edges[k] is not None and not (
+                    type(g) is Tensor and g._data.shape == shape and g._data.dtype == dtype):
                 g = _fit_gradient(name, pos, g, shape, dtype)
             out.append(g if self.next_edges[k] is not None else None)
             k += 1

@@ -8,7 +8,7 @@ the last one goes:
 - an executable run of a graph with PythonOps is an *owner scope* (:class:`OwningExecutable`,
   and :func:`run_owned` around eager loop runs). Handles created in the run that leave it
   through an output (the residuals a forward graph returns for the backward graph) are
-  handed to the output arrays, with a ``weakref.finalize`` on each: the ``JitBackward``
+  handed to the output arrays, with a weak reference and callback on each: the ``JitBackward``
   node keeps those arrays until its backward ran (``release()`` drops them unless
   ``retain_graph``) or until it dies with the outputs. Handles that do not leave the run
   are released when it ends;
@@ -162,9 +162,26 @@ def settle(scope: _Scope, outputs: Sequence[Any], mask: Sequence[bool]) -> None:
     else:
         for arr, hs in owners:
             HANDLES.retain(*hs)
-            weakref.finalize(arr, HANDLES.release, *hs)
+            _release_with(arr, hs)
         HANDLES.release(*claimed)
     HANDLES.release(*(created - claimed))
+
+
+#: weak references to arrays that own handles (kept here so that their callbacks run)
+_OWNER_REFS: dict[int, weakref.ref] = {}
+_OWNER_KEYS = itertools.count()
+
+
+def _release_with(arr: np.ndarray, handles: tuple[int, ...]) -> None:
+    """Release ``handles`` when ``arr`` dies (a weak reference with a callback: cheaper
+    than ``weakref.finalize`` per call, and nothing to do at interpreter exit)."""
+    key = next(_OWNER_KEYS)
+
+    def done(_ref, key=key, handles=handles) -> None:
+        _OWNER_REFS.pop(key, None)
+        HANDLES.release(*handles)
+
+    _OWNER_REFS[key] = weakref.ref(arr, done)
 
 
 def own(h: int, arr: np.ndarray, by_array: bool = False) -> None:
@@ -223,8 +240,16 @@ class OwningExecutable:
         self.mask = handle_mask(inner.graph)
 
     def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        with owner_scope() as scope:
+        # owner_scope() inlined (a generator-based context manager costs a few us a call)
+        parent = getattr(_TLS, "scope", None)
+        scope = _TLS.scope = _Scope(parent)
+        try:
             outs = self.inner.run(arrays)
+        except BaseException:
+            _TLS.scope = parent
+            HANDLES.release(*scope.created)
+            raise
+        _TLS.scope = parent
         settle(scope, outs, self.mask)
         return outs
 

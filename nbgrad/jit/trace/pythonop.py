@@ -48,7 +48,7 @@ from ...autograd.node import Node as AutogradNode
 from ...autograd.node import gradient_edge
 from ...errors import TracerError
 from ...grad_mode import STATE, no_grad
-from ...tensor import STATE_TRACE, Tensor
+from ...tensor import STATE_TRACE, Tensor, wrap_array
 from .handles import HANDLES, own
 from .ir import (
     MARKERS,
@@ -612,7 +612,8 @@ class RunPlan:
         self.node = node
         self.cls = a["#fn"].fn
         self.name = a["name"]
-        self.in_specs = [None if v is None else (v.shape, v.dtype) for v in node.inputs]
+        self.in_specs = [None if v is None else (v.shape, _canonical(v.dtype))
+                         for v in node.inputs]
         if node.op == PYTHON_OP:
             args, self.kwargs = rebuild_args(a, [None] * len(node.inputs))
             self.args = list(args)
@@ -621,7 +622,8 @@ class RunPlan:
             self.expect = node.outputs[1:]
         else:
             self.n = n = len(a["input_tensor_types"])
-            self.zero_specs = [(v.shape, v.dtype) for v in node.inputs[1 + n:1 + 2 * n]]
+            self.zero_specs = [(v.shape, _canonical(v.dtype))
+                               for v in node.inputs[1 + n:1 + 2 * n]]
             self.checker = _checker(node, None)
             it = iter(node.outputs)
             self.out_specs = [(next(it), k) for k, r in
@@ -635,7 +637,18 @@ def run_plan(node: Node) -> RunPlan | None:
 
 def _tensor_of(arr, spec: tuple) -> Tensor:
     """A private copy of ``arr`` (user code may keep or modify it) as a tensor."""
-    return Tensor._make(np.array(arr, dtype=spec[1], copy=True).reshape(spec[0]))
+    if type(arr) is np.ndarray and arr.shape == spec[0]:
+        # astype copies and gives ``spec``'s dtype object: arrays made by cached Numba code
+        # have equal but unpickled dtype objects, which the eager lean path (an identity
+        # test) would send down the general path
+        return wrap_array(arr.astype(spec[1]))
+    return wrap_array(np.array(arr, dtype=spec[1], copy=True).reshape(spec[0]))
+
+
+def _canonical(dtype: np.dtype) -> np.dtype:
+    """NumPy's own dtype object equal to ``dtype`` (for built-in types)."""
+    canon = np.dtype(dtype.type)
+    return canon if canon == dtype else dtype
 
 
 def _run_forward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
@@ -659,7 +672,8 @@ def _run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
     if len(arrays) != len(plan.in_specs):
         raise ValueError(f"PythonOpGrad of {plan.name}: {len(arrays)} inputs, the node has "
                          f"{len(plan.in_specs)}")
-    ctx = HANDLES.get(int(np.asarray(arrays[0]).reshape(())), plan.name)
+    h = arrays[0]  # tier 2 passes the handle as an int, tier 1 as a 0-d array
+    ctx = HANDLES.get(h if type(h) is int else int(np.asarray(h).reshape(())), plan.name)
     n = plan.n
     grads = []
     for x, spec, zero in zip(arrays[1:1 + n], plan.in_specs[1:1 + n], plan.zero_specs,
@@ -690,6 +704,18 @@ def fallback_callable(node: Node) -> Callable:
     specs = [None if v is None else (v.shape, v.dtype) for v in node.inputs]
     outs = [(v.shape if v.shape else (1,), v.dtype) for v in node.outputs]
     plan = run_plan(node)
+    if plan is not None and None not in specs:
+        # the common case: every input present, the plan's runner called directly (it
+        # copies what it hands to user code and returns fresh arrays of the node's dtypes)
+        runner = _run_forward if node.op == PYTHON_OP else _run_backward
+
+        def call_plan(*args):
+            return tuple([r.reshape(s) if r.dtype == dt and r.flags.c_contiguous else
+                          np.asarray(r, dtype=dt, order="C").reshape(s)
+                          for r, (s, dt) in zip(runner(plan, args), outs, strict=True)])
+
+        call_plan.__name__ = f"callback_{node.op}"
+        return call_plan
 
     def call(*args):
         it = iter(args)

@@ -388,6 +388,10 @@ def _from_data(data: Any, dtype: Any, requires_grad: bool) -> ComplexTensor | No
         return None  # the real path's error stands
     if arr.dtype.kind != "c" and (want is None or want.kind != "c"):
         return None
+    for dt in (arr.dtype, want):  # no silent precision loss (as float128 raises)
+        if dt is not None and dt.kind == "c" and dt not in (np.complex64, np.complex128):
+            raise TypeError(f"nbgrad: dtype {dt} is not supported (use complex64 or "
+                            "complex128)")
     arr = arr.astype(want if want is not None and want.kind == "c" else
                      (np.complex64 if arr.dtype == np.complex64 else np.complex128))
     real = np.float32 if arr.dtype == np.complex64 else np.float64

@@ -5,6 +5,7 @@ graphs, gradients and errors, and the lean path is taken only in its common case
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import numpy as np
 import pytest
@@ -236,11 +237,41 @@ PROGRAM_OPS = {
     "tanh": lambda a, b: nb.tanh(a), "sum-keep": lambda a, b: a.sum(0, keepdim=True)
     if a.ndim else a,
     "unbind-last": lambda a, b: a.unbind(0)[-1] if a.ndim else a,  # several outputs
+    # an in-place change of a tensor that nodes may have saved (version counters)
+    "mul_": lambda a, b: a.mul_(2.0) if a.grad_fn is not None or not a.requires_grad else a,
+    "use-then-mul_": lambda a, b: _use_then_modify(a, b),
+    "hook": lambda a, b: _hooked(a),  # a tensor hook: the engine's general step
+    "no_grad": lambda a, b: _no_grad_mul(a, b),
+    "clamp-min": lambda a, b: nb.clamp(a, min=b) if isinstance(b, nb.Tensor) else a,
+    "where": lambda a, b: nb.where(a > 0.0, a, b),
 }
 
 
+def _use_then_modify(a, b):
+    out = a * b  # saves a (for b's gradient)
+    if a.grad_fn is not None or not a.requires_grad:
+        a.mul_(2.0)  # a saved tensor changed: a gradient through ``out`` raises
+    return out
+
+
+def _hooked(a):
+    if a.requires_grad and a.grad_fn is not None:
+        a.register_hook(lambda g: g * 2.0)
+    return a
+
+
+def _no_grad_mul(a, b):
+    with nb.no_grad():
+        return a * b
+
+
+#: the steps of the second random test: in-place changes, hooks, no_grad, optionals
+STATEFUL_OPS = ["use-then-mul_", "mul_", "hook", "no_grad", "mul", "add", "tanh", "where",
+                "clamp-min", "exp"]
+
+
 @st.composite
-def _programs(draw):
+def _programs(draw, ops=None):
     dtype = draw(st.sampled_from([np.float64, np.float32]))
     inputs = []
     for _ in range(draw(st.integers(1, 3))):
@@ -250,10 +281,11 @@ def _programs(draw):
         other = draw(st.sampled_from([None, None, None, np.float32, np.float64]))
         inputs.append((shape, values, other or dtype,
                        draw(st.sampled_from([True, True, True, False]))))
-    steps = draw(st.lists(st.tuples(st.sampled_from(sorted(PROGRAM_OPS)), st.integers(0, 9),
+    steps = draw(st.lists(st.tuples(st.sampled_from(ops or sorted(PROGRAM_OPS)),
+                                    st.integers(0, 9),
                                     st.one_of(st.integers(0, 9), st.sampled_from(SCALARS))),
                           min_size=1, max_size=6))
-    return inputs, steps, draw(st.booleans())
+    return inputs, steps, draw(st.booleans()), draw(st.sampled_from([False, False, True]))
 
 
 def _bits(t) -> tuple | None:
@@ -266,8 +298,13 @@ def _bits(t) -> tuple | None:
 
 def _execute(program) -> list:
     """Values, gradients (``grad``, then ``backward`` into ``.grad``) and, with
-    ``double``, gradients of gradients of a random program; an error as its message."""
-    inputs, steps, double = program
+    ``double``, gradients of gradients of a random program, in anomaly mode with
+    ``anomaly``; an error as its message."""
+    inputs, steps, double, anomaly = program
+    if anomaly:
+        with warnings.catch_warnings(), nb.autograd.detect_anomaly():
+            warnings.simplefilter("ignore")
+            return _execute((inputs, steps, double, False))
     leaves = []
     for shape, values, dtype, requires_grad in inputs:
         if shape == "T":
@@ -309,6 +346,17 @@ def test_random_programs_match_the_general_path(program):
     """Random short programs of small ops (broadcast shapes, transposed and 0-d operands,
     signed zeros, Python scalars, mixed dtypes, double backward) give bit for bit the
     same values, gradients and errors on the lean path as on the general path."""
+    lean = _execute(program)
+    with general_path():
+        general = _execute(program)
+    assert lean == general
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(_programs(STATEFUL_OPS))
+def test_random_stateful_programs_match_the_general_path(program):
+    """The same for programs that change saved tensors in place (version counters),
+    register tensor hooks, run steps under no_grad and pass optional tensors."""
     lean = _execute(program)
     with general_path():
         general = _execute(program)

@@ -11,7 +11,7 @@ import heapq
 from collections.abc import Sequence
 
 from .. import ops as _ops
-from ..grad_mode import set_grad_enabled
+from ..grad_mode import STATE
 from ..tensor import Tensor
 from .anomaly import ANOMALY, check_gradients
 from .node import RETAIN_GRAPH_MESSAGE, AccumulateGrad, Node, accumulate_into
@@ -28,27 +28,39 @@ def count_dependencies(roots: Sequence[Node],
     deps: dict[Node, int] = {}
     starts = set(roots)
     stack = list(starts)
-    while stack:  # a node is pushed when its first edge is seen (roots at the start)
-        node = stack.pop()
+    push, pop, get = stack.append, stack.pop, deps.get
+    if parents is None:
+        while stack:  # a node is pushed when its first edge is seen (roots at the start)
+            for edge in pop().next_edges:
+                if edge is not None:
+                    nxt = edge[0]
+                    n = get(nxt)
+                    if n is None:
+                        deps[nxt] = 1
+                        if nxt not in starts:
+                            push(nxt)
+                    else:
+                        deps[nxt] = n + 1
+        return deps
+    while stack:  # the same, filling ``parents``
+        node = pop()
         for edge in node.next_edges:
             if edge is None:
                 continue
             nxt = edge[0]
-            n = deps.get(nxt)
+            n = get(nxt)
             if n is None:
                 deps[nxt] = 1
+                parents[nxt] = node
                 if nxt not in starts:
-                    stack.append(nxt)
+                    push(nxt)
+                continue
+            deps[nxt] = n + 1
+            above = parents[nxt]  # set with deps[nxt]
+            if type(above) is list:
+                above.append(node)
             else:
-                deps[nxt] = n + 1
-            if parents is not None:
-                above = parents.get(nxt)
-                if above is None:
-                    parents[nxt] = node
-                elif type(above) is list:
-                    above.append(node)
-                else:
-                    parents[nxt] = [above, node]
+                parents[nxt] = [above, node]
     return deps
 
 
@@ -131,7 +143,9 @@ class GraphTask:
         if type(self).execute is not GraphTask.execute:  # a subclass decides each node
             runnable = frozenset()
         retain = self.retain_graph
-        with set_grad_enabled(self.create_graph):
+        enabled = STATE.grad_enabled  # set_grad_enabled(create_graph), less its cost
+        STATE.grad_enabled = self.create_graph
+        try:
             while ready:
                 node = pop(ready)[1]
                 while node is not None:
@@ -189,6 +203,8 @@ class GraphTask:
                         node = None
                     else:  # the only ready node: the heap would give it next
                         node = new
+        finally:
+            STATE.grad_enabled = enabled
         return self.results
 
     def _prepare(self, node: Node, grads: list) -> None:

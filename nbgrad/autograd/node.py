@@ -174,6 +174,20 @@ class SavedMeta:
         return self
 
 
+_SAVED_META: dict = {}  # (shape, dtype) -> SavedMeta, shared by nodes (never written)
+
+
+def saved_meta(t: Tensor) -> SavedMeta:
+    """``SavedMeta(t)``, one object for every tensor of a shape and dtype (bounded)."""
+    d = t._data
+    meta = _SAVED_META.get((d.shape, d.dtype))
+    if meta is None:
+        meta = SavedMeta(t)
+        if len(_SAVED_META) < 4096:
+            _SAVED_META[(meta.shape, meta.dtype)] = meta
+    return meta
+
+
 def modified_message(node: Node, name: str, t, saved_version: int) -> str:
     shape = tuple(t.data.shape) if isinstance(t, SavedOutput) else tuple(t.shape)
     now = t.version_box[0] if isinstance(t, SavedOutput) else t._version_box[0]

@@ -10,6 +10,7 @@ one op (the formulas' arguments read straight from the node) on the op's first b
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ import numpy as np
 from .. import ops as _ops
 from ..device import Device, cpu_device
 from ..ops import dispatch
+from ..ops.registry import REGISTRY
 from ..tensor import Tensor
 from .node import (
     RETAIN_GRAPH_MESSAGE,
@@ -28,6 +30,7 @@ from .node import (
     _sequence,
     gradient_edge,
     modified_message,
+    saved_meta,
 )
 
 if TYPE_CHECKING:
@@ -67,6 +70,29 @@ class OpNode(Node):
 
 _NO_ATTRS: dict = {}  # shared by the nodes of ops without attributes (read, never written)
 
+#: ``(shape, dtype)`` -> a CPU input's ``(shape, dtype, device)``, and -> an output's
+#: ``((shape, dtype),)``: the compiled records share these tuples between nodes (fewer
+#: objects per node for the garbage collector to walk); bounded
+_META: dict = {}
+_OUT_META: dict = {}
+_MAX_META = 4096
+
+
+def _input_meta(d: np.ndarray, device: Device) -> tuple:
+    """The ``input_meta`` item of an input with data ``d`` (from ``_META`` on the CPU)."""
+    meta = (d.shape, d.dtype, device)
+    if device is cpu_device and len(_META) < _MAX_META:
+        _META[meta[:2]] = meta
+    return meta
+
+
+def _output_meta(d: np.ndarray) -> tuple:
+    """The ``output_meta`` of a node whose one output has data ``d`` (from ``_OUT_META``)."""
+    meta = ((d.shape, d.dtype),)
+    if len(_OUT_META) < _MAX_META:
+        _OUT_META[meta[0]] = meta
+    return meta
+
 
 def record(op: OpDef, args: tuple, outputs: list[Tensor]) -> None:
     """Make ``op``'s backward node for ``outputs`` (dispatch's recorder hook)."""
@@ -92,7 +118,10 @@ def compile_record(op: OpDef):
                     f"    e{k} = (fn, t{k}._output_nr) if fn is not None "
                     f"else gradient_edge(t{k})",
                     f"    d = t{k}._data",
-                    f"    m{k} = (d.shape, d.dtype, t{k}._device)",
+                    f"    m{k} = META.get((d.shape, d.dtype)) if t{k}._device is CPU "
+                    "else None",
+                    f"    if m{k} is None:",
+                    f"        m{k} = input_meta(d, t{k}._device)",
                     "else:",
                     f"    e{k} = m{k} = None"]
         else:
@@ -106,13 +135,16 @@ def compile_record(op: OpDef):
         else:
             lines += ["    " + b for b in body]
     position = {i: k for k, (i, *_rest) in enumerate(op.record_plan)}
-    saved = []
-    for i, name, need_value in op.save_plan:
+    saved = []  # the flat tuple of ``saved_names``: two items a name (see run_formulas)
+    for i, _name, need_value in op.save_plan:
         t = f"t{position[i]}"
-        value = f"({t}, {t}._version_box[0])" if need_value else f"SavedMeta({t})"
-        saved.append(f"{name!r}: None if {t} is None else {value}" if op.params[i].optional
-                     else f"{name!r}: {value}")
-    saved += [f"{name!r}: SavedOutput(out, {name!r})" for _k, name in op.save_outputs]
+        if need_value:
+            pair = f"{t}, {t}._version_box[0]"
+            saved.append(f"*((None, None) if {t} is None else ({pair}))"
+                         if op.params[i].optional else pair)
+        else:
+            saved.append(f"None if {t} is None else saved_meta({t}), None")
+    saved += [f"SavedOutput(out, {name!r}), None" for _k, name in op.save_outputs]
     attrs = ", ".join(f"{name!r}: args[{i}]" for i, name in op.attr_names)
     lines += ["    out = outputs[0]",
               "    d = out._data",
@@ -124,15 +156,17 @@ def compile_record(op: OpDef):
               "    node.op = op",
               f"    node.attrs = {{{attrs}}}" if attrs else "    node.attrs = NO_ATTRS",
               "    node.input_slots = op.record_slots",
-              f"    node.input_meta = [{', '.join(metas)}]",
-              "    node.output_meta = [(d.shape, d.dtype)]"]
+              f"    node.input_meta = ({', '.join(metas)},)",
+              "    om = OUT_META.get((d.shape, d.dtype))",
+              "    node.output_meta = output_meta(d) if om is None else om"]
     if op.out_diff[0]:
         lines += ["    out._requires_grad = True",
                   "    out.grad_fn = node"]
-    lines.append(f"    node.saved = {{{', '.join(saved)}}}")
+    lines.append(f"    node.saved = ({''.join(v + ', ' for v in saved)})")
     env = {"OpNode": OpNode, "new": object.__new__, "sequence": _sequence,
-           "gradient_edge": gradient_edge, "SavedMeta": SavedMeta, "SavedOutput": SavedOutput,
-           "NO_ATTRS": _NO_ATTRS}
+           "gradient_edge": gradient_edge, "saved_meta": saved_meta, "SavedOutput": SavedOutput,
+           "NO_ATTRS": _NO_ATTRS, "META": _META, "CPU": cpu_device, "input_meta": _input_meta,
+           "OUT_META": _OUT_META, "output_meta": _output_meta}
     exec(compile("\n".join(lines), f"<record of {op.name}>", "exec"), env)  # noqa: S102
     op.run_record = env["record"]
     return op.run_record
@@ -194,7 +228,7 @@ def run_formulas(node: OpNode, grads: list) -> list:
     """Backward of a table op: evaluate its formulas, then reduce and cast each gradient."""
     op = node.op
     env = dict(node.attrs) if node.attrs else {}
-    for name, saved in node.saved.items():
+    for name, saved in _saved_items(node):
         if saved is None:
             env[name] = None
         elif type(saved) is list:
@@ -246,6 +280,26 @@ def run_formulas(node: OpNode, grads: list) -> list:
     return results
 
 
+def saved_names(op: OpDef) -> list[str]:
+    """The names of what ``op``'s nodes save, in the order of a compiled record's flat
+    ``saved`` tuple (two items a name: ``(tensor, version)``, or ``(saved object or None,
+    None)``)."""
+    return [name for _i, name, _v in op.save_plan] + [name for _k, name in op.save_outputs]
+
+
+def _saved_items(node: OpNode) -> Iterable:
+    """``(name, saved)`` of every saved value of ``node``, as ``_finish`` saves them (a
+    compiled record's flat tuple read back as pairs)."""
+    saved = node.saved
+    if type(saved) is not tuple:
+        return saved.items()
+    items = []
+    for k, name in enumerate(saved_names(node.op)):
+        value, version = saved[2 * k], saved[2 * k + 1]
+        items.append((name, value if version is None else (value, version)))
+    return items
+
+
 def _unpack(node: OpNode, name: str, saved: tuple) -> Tensor:
     """The tensor of a ``(tensor, version)`` pair that ``record`` saved (a lighter
     :class:`SavedTensor`), checked against in-place changes since."""
@@ -286,25 +340,33 @@ def compile_backward(op: OpDef):
 
 
 def _specialised(op: OpDef):
-    saved = [name for _i, name, _v in op.save_plan] + [name for _k, name in op.save_outputs]
+    saved = saved_names(op)
     attrs = [name for _i, name in op.attr_names]
     if (op.has_lists or len(op.entry.schema.returns) != 1
             or not op.formula_names <= {"grad", *saved, *attrs}):
         return None
     local = {}
     lines = ["def backward(node, grads):",
-             "    if not grads or grads[0] is None:",
+             "    saved = node.saved",
+             "    if not grads or grads[0] is None or type(saved) is not tuple:",
              "        return run_formulas(node, grads)",
-             "    grad = grads[0]",
-             "    saved = node.saved"]
-    for k, name in enumerate(saved):
+             "    grad = grads[0]"]
+    kinds = ["value" if v else "meta" for _i, _n, v in op.save_plan]
+    kinds += ["output"] * len(op.save_outputs)
+    tensors = {"grad"}  # the locals that hold a tensor
+    optional = {name for i, name, _v in op.save_plan if op.params[i].optional}
+    for k, (name, kind) in enumerate(zip(saved, kinds, strict=True)):
         local[name] = f"s{k}"
-        lines += [f"    s{k} = saved[{name!r}]",
-                  f"    if type(s{k}) is tuple:",
-                  f"        s{k} = s{k}[0] if s{k}[0]._version_box[0] == s{k}[1] else "
-                  f"unpack(node, {name!r}, s{k})",
-                  f"    elif s{k} is not None:",
-                  f"        s{k} = s{k}.unpack(node)"]
+        if kind != "meta" and name not in optional:
+            tensors.add(name)
+        if kind == "value":  # (tensor, version), or (None, None) for an absent optional
+            lines += [f"    s{k}, v{k} = saved[{2 * k}], saved[{2 * k + 1}]",
+                      f"    if v{k} is not None and s{k}._version_box[0] != v{k}:",
+                      f"        unpack(node, {name!r}, (s{k}, v{k}))"]
+        elif kind == "output":
+            lines.append(f"    s{k} = saved[{2 * k}].unpack(node)")
+        else:  # a SavedMeta (its own unpack) or None
+            lines.append(f"    s{k} = saved[{2 * k}]")
     for k, name in enumerate(attrs):
         if name in op.formula_names:
             local[name] = f"a{k}"
@@ -321,9 +383,10 @@ def _specialised(op: OpDef):
         formula = op.entry.formulas[name]
         env[f"f{k}"] = formula.func
         args = ", ".join(local[n] for n in formula.arg_names)
-        lines += [f"    if edges[{k}] is not None:",
-                  f"        g = f{k}({args})",
-                  "        if g is not None:",
+        lines += [f"    if edges[{k}] is not None:"]
+        lines += ["        " + c for c in _formula_call(formula, k, local, tensors, env)
+                  or [f"g = f{k}({args})"]]
+        lines += ["        if g is not None:",
                   f"            m = meta[{k}]",
                   "            if (type(g) is Tensor and g._device is m[2]",
                   "                    and g._data.shape == m[0] and g._data.dtype is m[1]):",
@@ -333,6 +396,32 @@ def _specialised(op: OpDef):
     lines.append("    return results")
     exec(compile("\n".join(lines), f"<backward of {op.name}>", "exec"), env)  # noqa: S102
     return env["backward"]
+
+
+_BINARY_CALL = re.compile(r"    return __bin_(\w+)\((\w+), (\w+)\)\n")
+_UNARY_CALL = re.compile(r"    return __una_(\w+)\((\w+)\)\n")
+
+
+def _formula_call(formula, k: int, local: dict, tensors: set, env: dict) -> list[str]:
+    """The lines setting ``g`` to what ``formula`` returns without calling it, for
+    formulas that are one name (``grad``) or one operator on tensors (``grad * other``):
+    the op's function called directly, after its lean path (``dispatch.apply_lean``),
+    which that function would try first. ``[]`` for any other formula."""
+    body = formula.source.partition("\n")[2]
+    if body.strip() in {f"return {n}" for n in tensors}:
+        return [f"g = {local[body.strip()[7:]]}"]
+    call = _BINARY_CALL.fullmatch(body) or _UNARY_CALL.fullmatch(body)
+    if call is None or not set(call.groups()[1:]) <= tensors:
+        return []
+    name, *names = call.groups()
+    target = REGISTRY.get(name)
+    if target is None or target.fn is None:
+        return []
+    env[f"op{k}"], env[f"fn{k}"], env["lean"] = target, target.fn, dispatch.apply_lean
+    operands = ", ".join(local[n] for n in names)
+    lean = (f"g = lean(op{k}, {operands}, True)" if len(names) == 2
+            else f"g = lean(op{k}, {operands})")
+    return [lean, "if g is None:", f"    g = fn{k}({operands})"]
 
 
 def _grads_device(grads: list) -> Device:

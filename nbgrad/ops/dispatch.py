@@ -163,6 +163,9 @@ _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 #: as 1-element arrays, by value (a zero by its sign): read-only, never given to the
 #: caller, so shared between ops
 _CONSTANTS: dict = {_F64: {}, _F32: {}}
+#: ``id(tensor)`` -> ``(tensor, flat data)`` of the cached constants: a formula's 0-d
+#: constant operand (``grad * other``) is given to the kernel without a reshape
+_FLAT: dict = {}
 
 
 def _constant(value: float, dt: np.dtype) -> tuple:
@@ -175,6 +178,7 @@ def _constant(value: float, dt: np.dtype) -> tuple:
         pair = (o, o._data.reshape(1))
         if len(table) < 1024 and value == value:  # a NaN key would never be found again
             table[key] = pair
+            _FLAT[id(o)] = pair  # o lives in the table: its id is never reused
     return pair
 
 
@@ -216,7 +220,12 @@ def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | No
     if (other._device is not cpu_device or y.dtype is not dt
             or (y.ndim and (y.shape != x.shape or not y.flags.c_contiguous))):
         return None
-    out = wrap_array(lean(x, y, False))
+    if y.ndim:
+        out = wrap_array(lean(x, y, False))
+    else:
+        pair = _FLAT.get(id(other))
+        out = wrap_array(lean(x, y, False) if pair is None or pair[0] is not other
+                         else lean(x, pair[1], True))
     if ((self._requires_grad or other._requires_grad) and STATE.grad_enabled
             and op.differentiable):
         (op.run_record or _recorder)(op, (self, other), [out])

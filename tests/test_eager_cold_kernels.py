@@ -112,3 +112,72 @@ def test_eager_products_compile_no_numba_kernel(monkeypatch):
         nb.matmul(nb.tensor(a).T, nb.tensor(a))
         nb.matmul(nb.tensor(np.ones((2, 3, 2), dtype)), nb.tensor(b.astype(dtype)))
     assert met == []
+
+
+def _kernel_binary(name, a, b, out_dtype):
+    """``binary_<name>`` called directly (same shapes, or ``b`` one element)."""
+    out = np.empty(a.shape, out_dtype)
+    mode = 0 if a.shape == b.shape else 1
+    ew.kernel_function("binary", name)(a.reshape(-1), b.reshape(-1).copy(), out.reshape(-1),
+                                       mode, ew.EMPTY, ew.EMPTY, ew.EMPTY)
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(UFUNC_OPS), scalar=st.booleans(),
+       dtype=st.sampled_from([np.float64, np.float32]), data=st.data())
+def test_small_arrays_ufunc_matches_the_kernel_bit_for_bit(name, scalar, dtype, data):
+    # float arrays under UFUNC_MAX elements run the ufunc: no binary_<name> compile on a
+    # cold start (W1's first call); they must give what the kernel gives
+    vals = data.draw(st.lists(st.sampled_from(SPECIALS), min_size=7, max_size=7))
+    other = data.draw(st.lists(st.sampled_from(SPECIALS), min_size=7, max_size=7))
+    with np.errstate(all="ignore"):
+        a = np.asarray(vals, dtype)
+        b = np.asarray(other[:1] if scalar else other, dtype).reshape(() if scalar else 7)
+    out_dtype = _out_dtype(name, dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no NumPy floating-point warnings
+        got = ew.run_binary(name, a, b, out_dtype)
+    want = _kernel_binary(name, a, b, out_dtype)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    if out_dtype.kind == "f":
+        np.testing.assert_array_equal(np.signbit(got[~np.isnan(got)]),
+                                      np.signbit(want[~np.isnan(want)]))
+
+
+def test_small_neg_ufunc_matches_the_kernel():
+    x = np.asarray(SPECIALS, np.float64)
+    want = np.empty_like(x)
+    ew.kernel_function("unary", "neg")(x, want, 0.0, 0.0)
+    got = ew.run_unary("neg", x, x.dtype)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_first_w1_call_asks_for_no_binary_kernel(monkeypatch):
+    # W1's first result under nbgrad.jit (trace, eager tape replay) compiled binary_add,
+    # binary_mul, binary_sub and unary_neg on a cold start (~1 s); small float operands
+    # now run NumPy's ufuncs. Only its non-ufunc kernels (tanh, the sum) may be asked for.
+    asked = []
+    real = ew.kernel_function
+
+    def spy(prefix, name):
+        asked.append(f"{prefix}_{name}")
+        return real(prefix, name)
+
+    monkeypatch.setattr(ew, "kernel_function", spy)
+    for key in [k for k in ew._FUNCS if k.startswith(("binary_", "unary_", "bcast_"))]:
+        monkeypatch.delitem(ew._FUNCS, key)
+
+    def loss(W, b, x0):
+        def body(i, x):
+            return x + 0.01 * nb.tanh(W @ x + b) - 0.001 * x
+        x = nb.fori_loop(0, 5, body, x0)
+        return (x * x).sum()
+
+    rng = np.random.default_rng(0)
+    f = nb.jit(nb.value_and_grad(loss, argnums=(0, 1)))
+    f(nb.tensor(rng.standard_normal((4, 4))), nb.tensor(rng.standard_normal(4)),
+      nb.tensor(rng.standard_normal(4)))
+    assert asked and set(asked) <= {"unary_tanh"}, asked

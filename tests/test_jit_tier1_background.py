@@ -143,7 +143,7 @@ def test_read_only_scalar_operands_reach_kernels_writable(monkeypatch):
     monkeypatch.setitem(ew._FUNCS, "binary_mul", record)
     c = np.array(2.0)
     c.flags.writeable = False
-    x = np.arange(3.0)
+    x = np.arange(float(ew.UFUNC_MAX))  # smaller float arrays run NumPy's ufunc
     for a, b in ((c.reshape(1), x), (x, c), (x, c.reshape(1))):
         np.testing.assert_array_equal(ew.run_binary("mul", a, b, np.dtype(np.float64)),
                                       2.0 * x)

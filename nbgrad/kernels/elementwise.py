@@ -73,8 +73,9 @@ class ScalarOp:
     #: the CPU expression where it is not ``vector_expr(expr)``
     cpu_override: str | None = None
     #: a NumPy ufunc giving bit for bit the kernel's values on float operands of one dtype
-    #: (IEEE-rounded arithmetic and comparisons): eager's general broadcast calls it rather
-    #: than compiling ``bcast_<name>`` (about 0.3 s per op on a cold start)
+    #: (IEEE-rounded arithmetic and comparisons): eager's general broadcast, and arrays under
+    #: :data:`UFUNC_MAX` elements, call it rather than compiling ``bcast_<name>`` or
+    #: ``binary_<name>`` (about 0.3 s per op on a cold start)
     ufunc: str | None = None
 
     @cached_property
@@ -89,7 +90,7 @@ def _u(name, expr, params=(), kind="float", tape="generic", commutative=False, c
 
 
 UNARY: dict[str, ScalarOp] = {op.name: op for op in [
-    _u("neg", "-x", kind="same"),
+    _u("neg", "-x", kind="same", ufunc="negative"),
     _u("abs", "abs(x)", kind="same"),
     _u("sign", "sign(x)", kind="same"),
     _u("square", "x * x", kind="same"),
@@ -419,6 +420,31 @@ def broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
 _FUNCS: dict[str, object] = {}
 #: binary op name -> the NumPy ufunc of :attr:`ScalarOp.ufunc`
 _UFUNCS = {name: getattr(np, op.ufunc) for name, op in BINARY.items() if op.ufunc}
+#: unary op name -> the NumPy ufunc of :attr:`ScalarOp.ufunc`
+_UNARY_UFUNCS = {name: getattr(np, op.ufunc) for name, op in UNARY.items() if op.ufunc}
+#: float arrays of fewer elements run an op's ufunc (no compile; as fast as the kernel
+#: there, which is faster on larger ones)
+UFUNC_MAX = 1024
+
+try:  # NumPy's error state for one call, without np.errstate's cost (~2 us a use)
+    from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
+
+    _QUIET = _make_extobj(all="ignore")
+except Exception:  # noqa: BLE001 - another NumPy layout: np.errstate then
+    _extobj_contextvar = None
+
+
+def _quiet(ufunc, *args, out: np.ndarray) -> None:
+    """``ufunc(*args, out=out)`` with floating-point warnings off (as the kernels)."""
+    if _extobj_contextvar is None:  # pragma: no cover
+        with np.errstate(all="ignore"):
+            ufunc(*args, out=out)
+        return
+    token = _extobj_contextvar.set(_QUIET)
+    try:
+        ufunc(*args, out=out)
+    finally:
+        _extobj_contextvar.reset(token)
 
 
 def kernel_function(prefix: str, name: str):
@@ -446,6 +472,11 @@ def _split(fn, n: int, args: tuple, sliced: tuple[int, ...]) -> bool:
 
 def run_unary(name: str, x: np.ndarray, out_dtype: np.dtype, p0: float = 0.0,
               p1: float = 0.0) -> np.ndarray:
+    if x.size < UFUNC_MAX and name in _UNARY_UFUNCS and x.dtype == out_dtype \
+            and x.dtype.kind == "f":
+        out = np.empty(x.shape, out_dtype)
+        _quiet(_UNARY_UFUNCS[name], x, out=out)
+        return out
     fn = _FUNCS.get("unary_" + name) or kernel_function("unary", name)
     xs = x if x.flags.c_contiguous else c_contiguous(x)
     out = np.empty(xs.shape, out_dtype)
@@ -463,6 +494,14 @@ def _one(x: np.ndarray) -> np.ndarray:
 
 
 def run_binary(name: str, a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
+    if a.size < UFUNC_MAX and b.size < UFUNC_MAX and name in _UFUNCS \
+            and a.dtype == b.dtype and a.dtype.kind == "f" \
+            and (out_dtype == a.dtype or out_dtype == np.bool_):
+        shape = a.shape if a.shape == b.shape else broadcast_shape(name, a.shape, b.shape)
+        out = np.empty(shape, out_dtype)
+        if out.size:
+            _quiet(_UFUNCS[name], a, b, out=out)
+        return out
     fn = _FUNCS.get("binary_" + name) or kernel_function("binary", name)
     if not a.flags.c_contiguous:
         a = c_contiguous(a)
@@ -492,8 +531,7 @@ def run_binary(name: str, a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> 
         if out.size < parallel.MIN_SIZE or not _split(fn, out.size, args, (1, 2)):
             fn(*args)
     elif out.size and a.dtype == b.dtype and a.dtype.kind == "f" and name in _UFUNCS:
-        with np.errstate(all="ignore"):  # the general broadcast: the same IEEE values
-            _UFUNCS[name](a, b, out=out)
+        _quiet(_UFUNCS[name], a, b, out=out)  # the general broadcast: the same IEEE values
     elif out.size:  # the general broadcast: serial
         fn = _FUNCS.get("bcast_" + name) or kernel_function("bcast", name)
         fn(a.reshape(-1), b.reshape(-1), out.reshape(-1), np.asarray(shape, np.int64),

@@ -290,3 +290,22 @@ def test_gradient_with_respect_to_a_complex_argument_matches_torch():
     for g in (nb.grad(loss)(nb.tensor(x)), nb.jit(nb.grad(loss), mode="interpret")(nb.tensor(x))):
         assert isinstance(g, nb.ComplexTensor)
         np.testing.assert_allclose(np.asarray(g), zt.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_fft_ops_raise_a_clear_error_without_rocket_fft(monkeypatch):
+    # cached natives would call into rocket-fft's library without compiling: without the
+    # package the ops must raise before any native runs, never crash
+    import sys
+
+    from nbgrad.kernels import fft as kf
+
+    monkeypatch.setattr(kf, "_LOADED", [])
+    monkeypatch.setitem(sys.modules, "rocket_fft", None)  # import rocket_fft -> ImportError
+    from nbgrad.ops import fft as ops_fft
+
+    with pytest.raises(ImportError, match="rocket-fft"):
+        ops_fft.fft_r2c(nb.tensor(np.ones((2, 4))), 1, 1.0)
+    with pytest.raises(ImportError, match="rocket-fft"):
+        ops_fft.fft_c2c(nb.tensor(np.ones((4, 2))), (0,), False, 1.0)
+    with pytest.raises(ImportError, match="rocket-fft"):
+        ops_fft.fft_c2r(nb.tensor(np.ones((3, 2))), 0, 4, 1.0)

@@ -70,6 +70,30 @@ def test_new_shape_retraces_and_cache_is_bounded(rng):
     assert jf.cache_info()["traces"] == 5
 
 
+def test_calls_with_plain_tensors_skip_flattening_and_keep_the_signature(rng):
+    """Positional tensors only: the entry is found by a key of shapes, dtypes,
+    requires_grad and grad mode (``_fast``) that keys exactly as the full signature."""
+    jf = nb.jit(lambda x, y: x * y + 1.0, cache_size=2)
+    a, b = nb.tensor(rng.random(3)), nb.tensor(rng.random(3))
+    for _ in range(3):
+        _close(jf(a, b), a * b + 1.0)
+    assert jf.cache_info()["traces"] == 1 and len(jf._fast) == 1
+    ag = nb.tensor(rng.random(3), requires_grad=True)
+    out = jf(ag, b)
+    assert out.requires_grad and jf.cache_info()["traces"] == 2
+    with nb.no_grad():
+        assert not jf(ag, b).requires_grad  # grad mode is part of the key
+    assert jf.cache_info()["traces"] == 3  # cache_size 2: an entry was dropped
+    assert len(jf._fast) <= 2
+    _close(jf(a, b), a * b + 1.0)
+    jf.clear_cache()
+    assert not jf._fast
+    c = nb.tensor(rng.random(3).astype(np.float32))
+    _close(jf(a, c), a * c + 1.0)
+    _close(jf(a, c), a * c + 1.0)  # float32 y: another key
+    assert jf.cache_info()["traces"] == 5
+
+
 def test_dtype_and_requires_grad_are_part_of_the_signature(rng):
     jf = nb.jit(lambda x: x * 2.0)
     a = rng.random(3)

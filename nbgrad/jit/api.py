@@ -108,6 +108,9 @@ class Jitted:
         self._cache: OrderedDict[tuple, _Entry] = OrderedDict()
         self._lock = threading.RLock()
         self._pending: dict[tuple, threading.Event] = {}  # signatures being traced now
+        #: entries of calls whose positional arguments are all plain tensors, by
+        #: :meth:`_fast_key` (no flattening); emptied when the cache drops an entry
+        self._fast: dict[tuple, _Entry] = {}
         self.traces = 0  # how many times the function was traced
         functools.update_wrapper(self, fn)
 
@@ -126,6 +129,20 @@ class Jitted:
                                  for k, leaf in enumerate(leaves)))
         return _Signature(key, leaves, spec)
 
+    def _fast_key(self, args: tuple) -> tuple | None:
+        """What :meth:`_signature` keys on, for positional arguments that are all plain
+        tensors and none static; None for any other call."""
+        if self.static_argnums:
+            return None
+        grad = STATE.grad_enabled
+        key: list = [grad]
+        for a in args:
+            if type(a) is not Tensor:
+                return None
+            d = a._data
+            key.append((d.shape, d.dtype.str, grad and a._requires_grad, a._device.type))
+        return tuple(key)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if STATE_TRACE.tracer is not None or forward.STATE.active:
             # called while an outer jit (or a loop body) traces: inline, as JAX does, so
@@ -133,6 +150,11 @@ class Jitted:
             # jvp, run the ops eagerly, since forward mode pushes tangents op by op (a
             # compiled graph would drop them; jit(jvp(f)) compiles both)
             return self.fn(*args, **kwargs)
+        fast = None if kwargs else self._fast_key(args)
+        if fast is not None:  # (the leaves are the arguments, all of them dynamic)
+            entry = self._fast.get(fast)
+            if entry is not None and entry.valid():
+                return entry.call(list(args))
         sig = self._signature(args, kwargs)
         while True:
             with self._lock:
@@ -147,6 +169,8 @@ class Jitted:
                     break
             pending.wait()  # another thread is tracing this signature: use its result
         if entry is not None:
+            if fast is not None:
+                self._fast[fast] = entry
             return entry.call(sig.leaves)
         try:
             with gc_paused():  # (the trace's garbage is freed before a collection)
@@ -156,6 +180,7 @@ class Jitted:
                 self._cache.move_to_end(sig.key)
                 while len(self._cache) > self.cache_size:
                     self._cache.popitem(last=False)
+                    self._fast.clear()
         finally:
             with self._lock:
                 del self._pending[sig.key]
@@ -235,6 +260,7 @@ class Jitted:
     def clear_cache(self) -> None:
         with self._lock:
             self._cache.clear()
+            self._fast.clear()
 
     def __repr__(self) -> str:
         return f"<nbgrad.jit of {getattr(self.fn, '__qualname__', self.fn)!r}, mode={self.mode}>"

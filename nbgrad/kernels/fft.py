@@ -18,6 +18,22 @@ from numba.extending import overload
 
 OPTS = dict(cache=True, nogil=True)
 
+_LOADED: list[bool] = []
+
+
+def require_rocket_fft() -> None:
+    """Import rocket-fft before any native runs, or raise a clear ImportError. Natives
+    loaded from Numba's disk cache call into its library without compiling, so without
+    it they would crash rather than fail (the ops' kernels call this first)."""
+    if _LOADED:
+        return
+    try:
+        import rocket_fft  # noqa: F401
+    except ImportError:
+        raise ImportError("nbgrad: the FFT ops need the rocket-fft package "
+                          "(pip install rocket-fft)") from None
+    _LOADED.append(True)
+
 
 def complex_empty(x, size):
     """An empty 1-D complex array of ``size``: complex64 for float32 ``x``, else complex128."""

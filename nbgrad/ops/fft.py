@@ -68,6 +68,7 @@ _C2C = Opaque(native=kf.c2c_native, static=lambda attrs, shapes: NativePlan(
 
 @kernel("fft_c2c", kind=_C2C, batch=batching("along"))
 def _c2c_kernel(self, dim, inverse, scale):
+    kf.require_rocket_fft()
     return call_native(_C2C, (self,), {"dim": dim, "inverse": inverse, "scale": scale})
 
 
@@ -95,6 +96,7 @@ def _half(shape: tuple, dim: int) -> tuple:
 
 @kernel("fft_r2c", kind=_R2C, batch=batching("along"))
 def _r2c_kernel(self, dim, scale, adjoint):
+    kf.require_rocket_fft()
     return call_native(_R2C, (self,), {"dim": dim, "scale": scale, "adjoint": adjoint})
 
 
@@ -119,6 +121,7 @@ _C2R = Opaque(native=kf.c2r_native, static=lambda attrs, shapes: NativePlan(
 
 @kernel("fft_c2r", kind=_C2R, batch=batching("along"))
 def _c2r_kernel(self, dim, n, scale, adjoint):
+    kf.require_rocket_fft()
     return call_native(_C2R, (self,), {"dim": dim, "n": n, "scale": scale,
                                        "adjoint": adjoint})
 

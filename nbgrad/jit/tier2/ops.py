@@ -3,8 +3,8 @@
 Views (:class:`~nbgrad.ops.traits.View`) become NumPy views or in-place aliases,
 :class:`~nbgrad.ops.traits.Permute` ops NumPy transposes, matrix products
 (:class:`~nbgrad.ops.traits.Matmul`: batched, ``b`` transposed, with a bias) loops
-(small) or ``np.dot`` into a preallocated buffer (large), the gradient of a basic
-index one loop nest; data movement and native opaque ops are in
+(small) or BLAS into a preallocated buffer (large; :mod:`nbgrad.kernels.gemm`), the
+gradient of a basic index one loop nest; data movement and native opaque ops are in
 :mod:`nbgrad.jit.tier2.moves`. Any other op runs its eager CPU kernel through
 ``numba.objmode`` (correct, with a Python round trip per call; the emitter lists those
 nodes in ``fallbacks`` and the source shows why). :class:`OpsEmitter` is a part of
@@ -17,6 +17,7 @@ import dataclasses
 
 import numpy as np
 
+from ...kernels import gemm
 from ...ops.registry import REGISTRY
 from ...ops.traits import Matmul
 from ..trace.ir import Node, Var
@@ -190,7 +191,7 @@ class OpsEmitter:
             A = A if sa.layout in "CF" or sa.kind != "array" else f"np.ascontiguousarray({A})"
             B = B if sb.layout in "CF" or sb.kind != "array" else f"np.ascontiguousarray({B})"
             s = self.store_array(out, scope)
-            self.line(f"np.dot({A}, {B}, {s.name})")
+            self.line(self.product(A, B, s.name, a.ndim == b.ndim == 2))
             return
         s = self.store_array(out, scope)
 
@@ -231,6 +232,18 @@ class OpsEmitter:
             self.line(f"{acc} = {ea('i', 'q')}", 2)
             self.line(f"for j in range({n}):", 2)
             self.line(f"{eo('i', 'j')} += {acc} * {eb('q', 'j')}", 3)
+
+    def product(self, a: str, b: str, out: str, matrices: bool) -> str:
+        """A BLAS product into ``out``: :func:`nbgrad.kernels.gemm.gemm` (NumPy's BLAS,
+        operands in place) for two matrices, else ``np.dot``."""
+        if not matrices:
+            return f"np.dot({a}, {b}, {out})"
+        fn = gemm.gemm
+        key = next((k for k, f in self.natives if f is fn), None)
+        if key is None:
+            key = f"_native_{len(self.natives)}"
+            self.natives.append((key, fn))
+        return f"{key}({a}, {b}, {out})"
 
     def emit_matmul_general(self, node: Node, scope: Scope, kind: Matmul) -> None:
         """A batched product (broadcast batch dimensions), ``b`` used transposed over
@@ -277,7 +290,7 @@ class OpsEmitter:
             A = A if ra.layout in ok_a or ra.kind != "array" else f"np.ascontiguousarray({A})"
             B = B if rb.layout in ok_b or rb.kind != "array" else f"np.ascontiguousarray({B})"
             Bm = _sub(B, pb) + (".T" if kind.transpose_b else "")
-            self.line(f"np.dot({_sub(A, pa)}, {Bm}, {_sub(s.name, po)})", t)
+            self.line(self.product(_sub(A, pa), Bm, _sub(s.name, po), b.ndim >= 2), t)
             if bias is not None:
                 self.line(f"for i in range({m}):", t)
                 self.line(f"for j in range({n}):", t + 1)

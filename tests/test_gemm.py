@@ -1,0 +1,66 @@
+"""``nbgrad.kernels.gemm.gemm``: products of 2-D float arrays of any layout with a unit
+stride (C, F, transposed and sliced views read in place) through NumPy's BLAS, and the
+same results through Numba's ``np.dot`` when NumPy's BLAS is not found."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nbgrad.kernels import gemm as G
+
+SHAPES = [(13, 21, 9), (1, 5, 3), (4, 1, 6), (3, 7, 1), (1, 1, 1), (0, 3, 4), (3, 0, 4)]
+
+
+def layouts(x: np.ndarray):
+    yield x
+    yield np.asfortranarray(x)
+    big = np.zeros((x.shape[0] + 3, x.shape[1] + 5), x.dtype)
+    big[2:2 + x.shape[0], 1:1 + x.shape[1]] = x
+    yield big[2:2 + x.shape[0], 1:1 + x.shape[1]]     # rows with a gap (lda > n)
+    yield np.ascontiguousarray(big.T).T[2:2 + x.shape[0], 1:1 + x.shape[1]]  # and columns
+
+
+@pytest.fixture(params=["numpy", "numba"])
+def backend(request):
+    saved = G.SLOTS[0], G.SLOTS[1]
+    if request.param == "numba":
+        G.install(False)
+    elif G.LIBRARY is None:
+        pytest.skip("NumPy's BLAS not found in this install")
+    try:
+        yield request.param
+    finally:
+        G.SLOTS[0], G.SLOTS[1] = saved
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gemm_matches_a_float64_product_for_every_layout(backend, dtype):
+    rng = np.random.default_rng(0)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for m, k, n in SHAPES:
+        A = rng.standard_normal((m, k)).astype(dtype)
+        B = rng.standard_normal((k, n)).astype(dtype)
+        want = A.astype(np.float64) @ B.astype(np.float64)
+        for a in layouts(A):
+            for b in layouts(B):
+                out = np.full((m, n), np.nan, dtype)
+                G.gemm(a, b, out)
+                np.testing.assert_allclose(out, want, rtol=tol, atol=tol * max(k, 1))
+
+
+def test_gemm_refuses_shapes_that_do_not_multiply():
+    a, b = np.ones((2, 3), np.float32), np.ones((4, 5), np.float32)
+    with pytest.raises(ValueError, match="gemm"):
+        G.gemm(a, b, np.empty((2, 5), np.float32))
+
+
+def test_numpy_blas_is_found_in_numpy_wheels():
+    """NumPy's wheels bundle scipy-openblas: the table is filled from it (an install
+    whose NumPy links another BLAS runs Numba's ``np.dot``)."""
+    import glob
+    import os
+    if not glob.glob(os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs",
+                                  "*openblas64*")):
+        pytest.skip("NumPy here has no bundled scipy-openblas")
+    assert G.numpy_blas() is not None

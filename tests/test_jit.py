@@ -677,3 +677,26 @@ def test_backward_inside_a_jitted_function(rng):
     for _ in range(3):
         a = rng.random(3)
         _close(jf(nb.tensor(a, requires_grad=True)), nb.tensor(3.0 * a * a))
+
+
+def test_results_of_cached_tier2_code_carry_numpys_own_dtype_objects(tmp_path):
+    # Numba's disk cache gives arrays equal but not identical dtype objects; eager's lean
+    # path tests dtypes by identity, so every later eager op on a result would go slow
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, nbgrad as nb\n"
+        "f = nb.jit(lambda x: (x * 2.0).exp(), mode='compile')\n"
+        "g = nb.jit(nb.grad(lambda x: (x * x).exp().sum()), mode='compile')\n"
+        "x = nb.tensor(np.ones(4))\n"
+        "f(x), g(x)  # the first calls trace (eager results)\n"
+        "for r in (f(x), g(x)):\n"
+        "    assert r._data.dtype is np.dtype(np.float64), r._data.dtype\n"
+        "print('ok')\n")
+    env = {**os.environ, "NBGRAD_CACHE_DIR": str(tmp_path / "nb"),
+           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    for _ in range(2):  # the second process loads the tier-2 code from the cache
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=env, timeout=300)
+        assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]

@@ -343,7 +343,7 @@ class _Entry:
     def finish(self, user_inputs: list, arrays: list[np.ndarray],
                residuals: list[np.ndarray] | None) -> Any:
         """Wrap output arrays as tensors (with a JitBackward node when needed)."""
-        outs = [Tensor._make(a) for a in arrays] if not self.cuda else \
+        outs = [Tensor._make(_own_dtype(a)) for a in arrays] if not self.cuda else \
             [Tensor._make(a, device=_device_of(a)) for a in arrays]
         if any(self.rg) and any(self.diff) and STATE.grad_enabled:
             edges = [gradient_edge(t) if r else None
@@ -433,9 +433,23 @@ class JitBackward(Node):
         gs = entry.program.run("bwd", entry._graph_of, vals, count=False)
         for i, g in zip(joint.wrt, gs, strict=True):
             if i in reached:
-                out[i] = Tensor._make(g) if not entry.cuda else \
+                out[i] = Tensor._make(_own_dtype(g)) if not entry.cuda else \
                     Tensor._make(g, device=_device_of(g))
         return out
+
+
+_F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
+
+
+def _own_dtype(a: np.ndarray) -> np.ndarray:
+    """``a`` with NumPy's own dtype object: arrays from code Numba loaded from its disk
+    cache carry equal copies, and eager's lean path tests dtypes by identity (a jitted
+    function's results would otherwise take the slow path in every later eager op)."""
+    dt = a.dtype
+    if dt is _F64 or dt is _F32:
+        return a
+    canon = np.dtype(dt.type)
+    return a.view(canon) if canon == dt and canon is not dt else a
 
 
 def _device_of(array):

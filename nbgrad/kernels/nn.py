@@ -20,26 +20,8 @@ OPTS = dict(cache=True, nogil=True)
 
 
 @njit(**OPTS)
-def _exps(x, base, n, B, m, e):
-    """``e[r] = exp(x[base + r * B] - m)`` for r < n, in float64; returns their sum,
-    added in order."""
-    if B == 1:
-        for r in range(n):
-            e[r] = math.exp(x[base + r] - m)
-    else:
-        for r in range(n):
-            e[r] = math.exp(x[base + r * B] - m)
-    s = 0.0
-    for r in range(n):
-        s += e[r]
-    return s
-
-
-@njit(**OPTS)
 def softmax_arb(x, A, R, B, log, out):
-    """softmax (or log_softmax when ``log``) over the middle axis of an (A, R, B) view;
-    one exponential per element, kept in float64 until the sum is known."""
-    e = np.empty(R)
+    """softmax (or log_softmax when ``log``) over the middle axis of an (A, R, B) view."""
     for a in range(A):
         for b in range(B):
             base = a * R * B + b
@@ -57,7 +39,9 @@ def softmax_arb(x, A, R, B, log, out):
                     v = x[base + r * B]
                     out[base + r * B] = np.nan if v == np.inf else (-np.inf if log else 0.0)
                 continue
-            s = _exps(x, base, R, B, m, e)
+            s = 0.0
+            for r in range(R):
+                s += math.exp(x[base + r * B] - m)
             if log:
                 lse = m + math.log(s)
                 for r in range(R):
@@ -65,7 +49,7 @@ def softmax_arb(x, A, R, B, log, out):
             else:
                 inv = 1.0 / s
                 for r in range(R):
-                    out[base + r * B] = e[r] * inv
+                    out[base + r * B] = math.exp(x[base + r * B] - m) * inv
 
 
 @njit(**OPTS)

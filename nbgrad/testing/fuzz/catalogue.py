@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ... import fft
 from ... import ops as nb  # the op functions, called as ``nb.NAME`` like nbgrad's own
 from ...factories import tensor
 from ...nn import functional as F
@@ -163,8 +164,6 @@ _op("layer_norm", run=lambda xs, p: F.layer_norm(xs[0], p[0], *xs[1:]),
 # table's three transforms (fft_r2c, fft_c2c, fft_c2r)
 def _spectral(name: str) -> Callable:
     def run(xs, p):
-        from ... import fft
-
         if name == "fft_real":
             return fft.fft(xs[0], dim=p[0], norm=p[1]).real
         if name == "ifft_rfft_imag":

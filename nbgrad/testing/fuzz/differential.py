@@ -257,7 +257,7 @@ def _compare_special(got: Result, want: Result, program: Program, executor: str,
                                   "another kind of value than eager's (None, shape or "
                                   "dtype)"))
             continue
-        why = ieee_difference(g, w, rtol, rtol * largest_finite(w, *arrays), signs)
+        why = ieee_difference(g, w, rtol, largest_finite(w, *arrays), signs)
         if why:
             found.append(Mismatch(executor, program, SPECIAL_CALL, what, why))
     return found

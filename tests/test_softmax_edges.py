@@ -88,3 +88,17 @@ def test_softmax_and_cross_entropy_agree_with_torch_on_edges():
     (tg,) = torch.autograd.grad(tl, [tt])
     np.testing.assert_allclose(loss.numpy(), tl.detach().numpy(), rtol=1e-6)
     np.testing.assert_allclose(g.numpy(), tg.numpy(), rtol=1e-5, atol=1e-12)
+
+
+def test_device_softmax_matches_the_cpu_kernel_bit_for_bit():
+    # CUDA device code compiles softmax_twopass (it cannot allocate a scratch row)
+    from nbgrad.kernels import nn as nk
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 7, 3)) * 30
+    x[0, 2, 1], x[1, :, 0], x[2, 3, 2] = -np.inf, -np.inf, 1e300
+    for log in (False, True):
+        a, b = np.empty(x.size), np.empty(x.size)
+        nk.softmax_arb(x.reshape(-1), 5, 7, 3, log, a)
+        nk.softmax_twopass(x.reshape(-1), 5, 7, 3, log, b)
+        np.testing.assert_array_equal(a, b)

@@ -20,8 +20,58 @@ OPTS = dict(cache=True, nogil=True)
 
 
 @njit(**OPTS)
+def _exps(x, base, n, B, m, e):
+    """``e[r] = exp(x[base + r * B] - m)`` for r < n, in float64; returns their sum,
+    added in order."""
+    if B == 1:
+        for r in range(n):
+            e[r] = math.exp(x[base + r] - m)
+    else:
+        for r in range(n):
+            e[r] = math.exp(x[base + r * B] - m)
+    s = 0.0
+    for r in range(n):
+        s += e[r]
+    return s
+
+
+@njit(**OPTS)
 def softmax_arb(x, A, R, B, log, out):
-    """softmax (or log_softmax when ``log``) over the middle axis of an (A, R, B) view."""
+    """softmax (or log_softmax when ``log``) over the middle axis of an (A, R, B) view;
+    one exponential per element, kept in float64 until the sum is known."""
+    e = np.empty(R)
+    for a in range(A):
+        for b in range(B):
+            base = a * R * B + b
+            m = -np.inf
+            for r in range(R):
+                v = x[base + r * B]
+                if v > m or v != v:
+                    m = v
+            if m == -np.inf or m != m:  # all -inf (torch gives NaN) or a NaN
+                for r in range(R):
+                    out[base + r * B] = np.nan
+                continue
+            if m == np.inf:
+                for r in range(R):
+                    v = x[base + r * B]
+                    out[base + r * B] = np.nan if v == np.inf else (-np.inf if log else 0.0)
+                continue
+            s = _exps(x, base, R, B, m, e)
+            if log:
+                lse = m + math.log(s)
+                for r in range(R):
+                    out[base + r * B] = x[base + r * B] - lse
+            else:
+                inv = 1.0 / s
+                for r in range(R):
+                    out[base + r * B] = e[r] * inv
+
+
+@njit(**OPTS)
+def softmax_twopass(x, A, R, B, log, out):
+    """:func:`softmax_arb` without its scratch row (two exponentials per element; the
+    same values): the version CUDA device code compiles, which cannot allocate."""
     for a in range(A):
         for b in range(B):
             base = a * R * B + b

@@ -47,3 +47,11 @@ def promote(*dtypes: np.dtype) -> np.dtype:
 def float_result(dtype: np.dtype) -> np.dtype:
     """The dtype of a floating result computed from ``dtype`` (NumPy: ints become float64)."""
     return dtype if dtype.kind == "f" else float64
+
+
+def canonical(dtype: np.dtype) -> np.dtype:
+    """NumPy's own dtype object equal to ``dtype`` (for built-in types). Arrays made by code
+    Numba loaded from its disk cache carry equal copies, and eager's lean path tests
+    dtypes by identity."""
+    canon = np.dtype(dtype.type)
+    return canon if canon == dtype else dtype

@@ -20,6 +20,19 @@ SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e308, -1e308, 5e-324, 1.0, -2.5
 PAIRS = [((3, 1), (1, 4)), ((2, 1, 3), (4, 1)), ((1, 5), (2, 1, 1)), ((4, 1, 2), (1, 3, 1))]
 
 
+def kernels_asked(monkeypatch) -> list[str]:
+    """The names of the compiled kernels eager code asks for from now on (a spy)."""
+    asked = []
+    real = ew.kernel_function
+
+    def spy(prefix, name):
+        asked.append(f"{prefix}_{name}")
+        return real(prefix, name)
+
+    monkeypatch.setattr(ew, "kernel_function", spy)
+    return asked
+
+
 def _kernel_broadcast(name, a, b, out_dtype):
     """``bcast_<name>`` called directly: the values the ufunc path must reproduce."""
     shape = np.broadcast_shapes(a.shape, b.shape)
@@ -59,14 +72,7 @@ def test_general_broadcast_ufunc_matches_the_kernel_bit_for_bit(name, pair, dtyp
 
 
 def test_general_broadcast_compiles_no_kernel_for_float_ufunc_ops(monkeypatch):
-    asked = []
-    real = ew.kernel_function
-
-    def spy(prefix, name):
-        asked.append(f"{prefix}_{name}")
-        return real(prefix, name)
-
-    monkeypatch.setattr(ew, "kernel_function", spy)
+    asked = kernels_asked(monkeypatch)
     for key in [k for k in ew._FUNCS if k.startswith("bcast_")]:
         monkeypatch.delitem(ew._FUNCS, key)
     a, b = np.arange(3.0).reshape(3, 1), np.arange(4.0).reshape(1, 4)
@@ -159,14 +165,7 @@ def test_first_w1_call_asks_for_no_binary_kernel(monkeypatch):
     # W1's first result under nbgrad.jit (trace, eager tape replay) compiled binary_add,
     # binary_mul, binary_sub and unary_neg on a cold start (~1 s); small float operands
     # now run NumPy's ufuncs. Only its non-ufunc kernels (tanh, the sum) may be asked for.
-    asked = []
-    real = ew.kernel_function
-
-    def spy(prefix, name):
-        asked.append(f"{prefix}_{name}")
-        return real(prefix, name)
-
-    monkeypatch.setattr(ew, "kernel_function", spy)
+    asked = kernels_asked(monkeypatch)
     for key in [k for k in ew._FUNCS if k.startswith(("binary_", "unary_", "bcast_"))]:
         monkeypatch.delitem(ew._FUNCS, key)
 

@@ -442,14 +442,13 @@ _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 
 def _own_dtype(a: np.ndarray) -> np.ndarray:
-    """``a`` with NumPy's own dtype object: arrays from code Numba loaded from its disk
-    cache carry equal copies, and eager's lean path tests dtypes by identity (a jitted
-    function's results would otherwise take the slow path in every later eager op)."""
+    """``a`` with NumPy's own dtype object (:func:`nbgrad.dtypes.canonical`), or a
+    jitted function's results would take the slow path in every later eager op."""
     dt = a.dtype
     if dt is _F64 or dt is _F32:
         return a
-    canon = np.dtype(dt.type)
-    return a.view(canon) if canon == dt and canon is not dt else a
+    canon = dtypes.canonical(dt)
+    return a if canon is dt else a.view(canon)
 
 
 def _device_of(array):

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import dtypes
 from ...autograd.function import BackwardFunction, FunctionCtx, _DelayedErrorNode, apply_function
 from ...autograd.node import Node as AutogradNode
 from ...autograd.node import gradient_edge
@@ -612,7 +613,7 @@ class RunPlan:
         self.node = node
         self.cls = a["#fn"].fn
         self.name = a["name"]
-        self.in_specs = [None if v is None else (v.shape, _canonical(v.dtype))
+        self.in_specs = [None if v is None else (v.shape, dtypes.canonical(v.dtype))
                          for v in node.inputs]
         if node.op == PYTHON_OP:
             args, self.kwargs = rebuild_args(a, [None] * len(node.inputs))
@@ -622,7 +623,7 @@ class RunPlan:
             self.expect = node.outputs[1:]
         else:
             self.n = n = len(a["input_tensor_types"])
-            self.zero_specs = [(v.shape, _canonical(v.dtype))
+            self.zero_specs = [(v.shape, dtypes.canonical(v.dtype))
                                for v in node.inputs[1 + n:1 + 2 * n]]
             self.checker = _checker(node, None)
             it = iter(node.outputs)
@@ -643,12 +644,6 @@ def _tensor_of(arr, spec: tuple) -> Tensor:
         # test) would send down the general path
         return wrap_array(arr.astype(spec[1]))
     return wrap_array(np.array(arr, dtype=spec[1], copy=True).reshape(spec[0]))
-
-
-def _canonical(dtype: np.dtype) -> np.dtype:
-    """NumPy's own dtype object equal to ``dtype`` (for built-in types)."""
-    canon = np.dtype(dtype.type)
-    return canon if canon == dtype else dtype
 
 
 def _run_forward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:

@@ -150,6 +150,20 @@ def test_relative_error_and_selection():
         workloads.parse("W9")
 
 
+def test_every_workload_has_an_opt_in_torch_compile_row():
+    """torch.compile is a peer on W1-W6 (``-f torch:compile``), never in a default run:
+    declaring the row imports nothing, so this needs no torch (nor compiles anything)."""
+    for wid in WORKLOAD_IDS:
+        ids = {i.id: i for i in workloads.get(wid).IMPLS}
+        assert "torch:compile" in ids, wid
+        row = ids["torch:compile"]
+        assert not row.default, wid
+        assert "torch:compile" not in [i.id for i in ids.values() if selected(i, None)]
+        assert "torch:compile" not in [i.id for i in ids.values() if selected(i, ["torch"])]
+        assert [i.id for i in ids.values()
+                if selected(i, parse_selection("torch:compile"))] == ["torch:compile"]
+
+
 def test_report_from_checked_in_results():
     results = report.load_results(DATA / "perf_results_small.json")
     md = report.render_markdown(results)

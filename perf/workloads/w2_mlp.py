@@ -174,6 +174,32 @@ def _build_torch(inp, p):
     return torch_sgd_step(inp)
 
 
+def _build_torch_compile(inp, p):
+    """``torch.compile`` of the loss (forward, and through AOTAutograd its backward), the
+    gradient by ``torch.autograd.grad`` and the SGD update in place, as users compile a
+    model and keep their optimiser step."""
+    import torch
+    import torch.nn.functional as F
+
+    @torch.compile
+    def loss_fn(W1, b1, W2, b2, W3, b3, X, y):
+        h1 = F.relu(X @ W1 + b1)
+        h2 = F.relu(h1 @ W2 + b2)
+        return F.cross_entropy(h2 @ W3 + b3, y)
+
+    params = [torch.tensor(inp[k], requires_grad=True) for k in PARAMS]
+    X, y = torch.tensor(inp["X"]), torch.tensor(inp["y"])
+
+    def step():
+        loss = loss_fn(*params, X, y)
+        grads = torch.autograd.grad(loss, params)
+        with torch.no_grad():
+            for q, g in zip(params, grads, strict=True):
+                q.add_(g, alpha=-LR)
+        return loss, grads
+    return step
+
+
 def _build_jax(inp, p):
     import jax
     import jax.numpy as jnp
@@ -250,6 +276,8 @@ IMPLS = [
     Impl("nbgrad", "jit-compile", "nbgrad jit (tier 2 compiled)",
          partial(_build_nbgrad_jit, mode="compile"), default=False),
     Impl("torch", "eager", "PyTorch eager", _build_torch),
+    Impl("torch", "compile", "torch.compile (loss; eager grad call and SGD update)",
+         _build_torch_compile, default=False),
     Impl("jax", "jit", "JAX jit", _build_jax),
     Impl("autograd", "eager", "HIPS autograd", _build_autograd),
 ]

@@ -114,6 +114,30 @@ def _build_torch(inp, p):
     return step
 
 
+def _build_torch_compile(inp, p):
+    """``torch.compile`` of ``torch.func.jvp`` of ``grad_and_value`` (forward-over-reverse,
+    as the JAX row): compiled graphs do not support double backward (``create_graph``)."""
+    import torch
+    import torch.nn.functional as F
+
+    def f(w, X, y):
+        z = X @ w
+        return (F.softplus(z) - y * z).mean() + 0.5 * LAM * (w * w).sum()
+
+    @torch.compile
+    def hvp(w, v, X, y):
+        gv = torch.func.grad_and_value(lambda w_: f(w_, X, y))
+        (_, loss), (hv, _) = torch.func.jvp(gv, (w,), (v,))
+        return loss, hv
+
+    w, v, X, y = (torch.tensor(inp[k]) for k in ("w", "v", "X", "y"))
+
+    def step():
+        loss, hv = hvp(w, v, X, y)
+        return loss, (hv,)
+    return step
+
+
 def _build_jax(inp, p):
     import jax
     import jax.numpy as jnp
@@ -177,6 +201,8 @@ IMPLS = [
     Impl("nbgrad", "jit-compile", "nbgrad jit (hvp, tier 2 compiled)",
          partial(_build_nbgrad_jit, mode="compile"), default=False),
     Impl("torch", "eager", "PyTorch eager (create_graph)", _build_torch),
+    Impl("torch", "compile", "torch.compile (torch.func jvp of grad)", _build_torch_compile,
+         default=False),
     Impl("jax", "jit", "JAX jit (jvp of grad)", _build_jax),
     Impl("autograd", "eager", "HIPS autograd", _build_autograd),
 ]

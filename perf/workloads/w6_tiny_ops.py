@@ -91,6 +91,27 @@ def _build_torch(inp, p):
     return step
 
 
+def _build_torch_compile(inp, p):
+    """``torch.compile`` of the whole 100-step function (it compiles in seconds)."""
+    import torch
+
+    steps = p["steps"]
+
+    @torch.compile
+    def f(x):
+        y = x
+        for _ in range(steps):
+            y = y * A + B
+        return y.sum()
+
+    x = torch.tensor(inp["x"], requires_grad=True)
+
+    def step():
+        loss = f(x)
+        return loss, torch.autograd.grad(loss, x)
+    return step
+
+
 def _build_jax(inp, p):
     import jax
     import jax.numpy as jnp
@@ -146,6 +167,7 @@ IMPLS = [
     Impl("nbgrad", "jit-compile", "nbgrad jit (tier 2 compiled)",
          partial(_build_nbgrad_jit, mode="compile"), default=False),
     Impl("torch", "eager", "PyTorch eager", _build_torch),
+    Impl("torch", "compile", "torch.compile", _build_torch_compile, default=False),
     Impl("jax", "jit", "JAX jit", _build_jax),
     Impl("autograd", "eager", "HIPS autograd", _build_autograd),
 ]

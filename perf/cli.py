@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import workloads
+from . import tasks, workloads
 from .core import parse_selection
 
 DEFAULT_W3_SIZES = "1e3,1e4,1e5,1e6,1e7"
@@ -28,15 +28,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m perf",
         description="Benchmarks W1-W6: nbgrad (eager, jit) against PyTorch, JAX, HIPS "
-                    "autograd and a hand-written Numba floor; one fresh process and one "
-                    "thread per implementation, interleaved rounds.",
+                    "autograd and a hand-written Numba floor; research tasks T1-T5 "
+                    "(--suite tasks): nbgrad jit against JAX jit and PyTorch eager, first "
+                    "call, steady state and total time to result; one fresh process and "
+                    "one thread per implementation, interleaved rounds.",
         epilog="commands: run (default) measures and writes perf/results/<date>-<machine>"
-               ".json and .md; scaling measures W3 over array sizes and W1 over steps; "
+               ".json and .md (the task suite: <date>-<machine>-tasks.json); scaling "
+               "measures W3 over array sizes and W1 over steps; "
                "table prints the table of the latest results (same as --table-only). "
                "Exit status 1 if any row failed its agreement check or crashed.")
     p.add_argument("command", nargs="?", default="run", choices=["run", "scaling", "table"])
+    p.add_argument("--suite", choices=tasks.SUITES, default=None,
+                   help="workloads (W1-W6, the default) or tasks (T1-T5: L-BFGS-B, GP, "
+                        "HMC, neural ODE, Hessian); -w with task ids implies tasks")
     p.add_argument("--workloads", "-w", default=None,
-                   help="comma list of W1..W6 (default: all)")
+                   help="comma list of W1..W6, or of T1..T5 (default: the whole suite)")
     p.add_argument("--frameworks", "-f", default=None,
                    help="comma list of numba (alias floor), nbgrad, torch, jax, autograd, or "
                         "framework:variant ids such as nbgrad:jit (default: all)")
@@ -76,6 +82,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def suite(args: argparse.Namespace) -> str:
+    """The suite a command line selects: ``--suite``, else the one of its ``-w`` ids."""
+    implied = tasks.suite_of(args.workloads)
+    chosen = args.suite or implied or "workloads"
+    if implied and implied != chosen:
+        raise ValueError(f"--workloads {args.workloads} is not in --suite {chosen}")
+    tasks.parse(args.workloads, chosen)
+    return chosen
+
+
 def print_table(results_path: Path | None = None, workloads_text: str | None = None,
                 frameworks: str | None = None, summary_only: bool = False,
                 out_dir: Path | None = None, kind: str = "benchmark") -> int:
@@ -88,7 +104,8 @@ def print_table(results_path: Path | None = None, workloads_text: str | None = N
         print(f"perf: {exc}", file=sys.stderr)
         return 2
     results = load_results(path)
-    wl = workloads.parse(workloads_text) if workloads_text else None
+    wl = tasks.parse(workloads_text, "tasks" if kind == "tasks" else "workloads") \
+        if workloads_text else None
     print(f"Results: {path}\n")
     print(render_markdown(results, wl, parse_selection(frameworks), summary_only))
     return 0
@@ -98,15 +115,17 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m perf``; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
-        if args.workloads:
-            workloads.parse(args.workloads)
+        chosen = suite(args)
         parse_selection(args.frameworks)
+        if chosen == "tasks" and args.command == "scaling":
+            raise ValueError("scaling measures the workloads W3 and W1, not the tasks")
     except ValueError as exc:
         print(f"perf: {exc}", file=sys.stderr)
         return 2
+    kind = "tasks" if chosen == "tasks" else "benchmark"
     if args.table_only or args.command == "table":
         return print_table(args.results, args.workloads, args.frameworks, args.summary_only,
-                           args.out_dir)
+                           args.out_dir, kind)
 
     from .harness import Settings, benchmark_cases, run, scaling_cases
     from .report import render_markdown
@@ -126,9 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         results, path = run(cases, selection, settings, args.out_dir, kind="scaling",
                             command=command, progress=progress)
     else:
-        cases = benchmark_cases(workloads.parse(args.workloads), args.size)
+        cases = benchmark_cases(tasks.parse(args.workloads, chosen), args.size)
         results, path = run(cases, parse_selection(args.frameworks), settings, args.out_dir,
-                            command=command, progress=progress)
+                            kind=kind, command=command, progress=progress)
     print(render_markdown(results, summary_only=args.summary_only))
     print(f"\nwrote {path} and {path.with_suffix('.md')}", file=sys.stderr)
     bad = [f"{c['workload']} {r['impl']}: {r['status']}" for c in results["cases"]

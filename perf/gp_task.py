@@ -1,6 +1,8 @@
 """The GP research task (issue 15 item 6): the negative log marginal likelihood of a
 Gaussian process and its gradient with respect to the hyperparameters, float64, one
-thread; plus a micro-benchmark of one triangular solve against SciPy's.
+thread; plus a micro-benchmark of one triangular solve against SciPy's. The task itself
+(data, NumPy reference, each framework's NLL) is :mod:`perf.tasks.gp`, which
+``python -m perf --suite tasks`` runs as T2; this script adds rows and the micro line.
 
     python -m perf.gp_task                      # 15 interleaved rounds
     python -m perf.gp_task --rounds 30 --n 500
@@ -13,7 +15,7 @@ points in 2-D with learnable log-lengthscale, log-variance and log-noise;
 tier 2 has finished: a background compile would share the CPU), the same with
 ``mode="interpret"`` (tier 1), nbgrad eager (``nbgrad.value_and_grad``), PyTorch eager and
 ``jax.jit(jax.value_and_grad(f))``. Every row is checked against NumPy/SciPy's value and
-a central-difference gradient before timing. Printed: the first call of each row in
+its gradient (derived by hand) before timing. Printed: the first call of each row in
 this process, in that order (compiles and disk-cache loads included, so later rows reuse
 kernels that earlier ones loaded), then steady-state medians (and minima: on a busy machine the
 least disturbed block) of interleaved rounds in a shuffled order, and their ratios to
@@ -43,43 +45,21 @@ from collections.abc import Callable  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .core import interleaved  # noqa: E402
-
-THETA = np.array([math.log(0.7), math.log(1.3), math.log(0.05)])  # log l, log s2, log noise
-HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
-
-
-def _data(n: int) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(0)
-    x = rng.uniform(-3, 3, (n, 2))
-    y = np.sin(x[:, 0]) * np.cos(x[:, 1]) + 0.1 * rng.standard_normal(n)
-    return x, y
-
-
-def _sqdist(x: np.ndarray) -> np.ndarray:
-    return ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
-
-
-def reference(theta: np.ndarray, d2: np.ndarray, y: np.ndarray) -> float:
-    """The NLL in NumPy/SciPy."""
-    import scipy.linalg
-    ls, s2, noise = np.exp(theta)
-    k = s2 * np.exp(-0.5 * d2 / ls ** 2) + noise * np.eye(len(y))
-    low = np.linalg.cholesky(k)
-    a = scipy.linalg.solve_triangular(low, y, lower=True)
-    return 0.5 * a @ a + np.log(np.diag(low)).sum() + len(y) * HALF_LOG_2PI
+from .tasks.gp import (  # noqa: E402
+    THETA,
+    data,
+    jax_nll,
+    nbgrad_nll,
+    nll_and_grad,
+    sqdist,
+    torch_value_and_grad,
+)
 
 
 def nbgrad_rows(d2: np.ndarray, y: np.ndarray) -> dict[str, Callable]:
     import nbgrad as nb
-    n = len(y)
-    D2, Y, EYE, theta = nb.tensor(d2), nb.tensor(y), nb.tensor(np.eye(n)), nb.tensor(THETA)
-
-    def nll(t):
-        ls, s2, noise = nb.exp(t[0]), nb.exp(t[1]), nb.exp(t[2])
-        k = s2 * nb.exp(-0.5 * D2 / (ls * ls)) + noise * EYE
-        low = nb.linalg.cholesky(k)
-        a = nb.linalg.solve_triangular(low, Y, lower=True)
-        return 0.5 * (a * a).sum() + nb.log(nb.diagonal(low)).sum() + n * HALF_LOG_2PI
+    theta = nb.tensor(THETA)
+    nll = nbgrad_nll(d2, y)
 
     def run(fn):
         v, g = fn(theta)
@@ -111,20 +91,7 @@ def settle(fn: Callable, seconds: float = 300.0) -> str:
 def torch_rows(d2: np.ndarray, y: np.ndarray) -> dict[str, Callable]:
     import torch
     torch.set_num_threads(1)
-    n = len(y)
-    D2, Y = torch.tensor(d2), torch.tensor(y)[:, None]
-    EYE = torch.eye(n, dtype=torch.float64)
-
-    def run():
-        t = torch.tensor(THETA, requires_grad=True)
-        ls, s2, noise = t.exp()
-        k = s2 * torch.exp(-0.5 * D2 / (ls * ls)) + noise * EYE
-        low = torch.linalg.cholesky(k)
-        a = torch.linalg.solve_triangular(low, Y, upper=False)
-        v = 0.5 * (a * a).sum() + low.diagonal().log().sum() + n * HALF_LOG_2PI
-        (g,) = torch.autograd.grad(v, t)
-        return float(v.detach()), g.numpy()
-    return {"torch eager": run}
+    return {"torch eager": functools.partial(torch_value_and_grad(d2, y), THETA)}
 
 
 def jax_rows(d2: np.ndarray, y: np.ndarray) -> dict[str, Callable]:
@@ -132,18 +99,8 @@ def jax_rows(d2: np.ndarray, y: np.ndarray) -> dict[str, Callable]:
     jax.config.update("jax_enable_x64", True)
     jax.config.update("jax_platforms", "cpu")
     import jax.numpy as jnp
-    import jax.scipy.linalg as jsl
-    n = len(y)
-    D2, Y, theta = jnp.asarray(d2), jnp.asarray(y), jnp.asarray(THETA)
-
-    def nll(t):
-        ls, s2, noise = jnp.exp(t)
-        k = s2 * jnp.exp(-0.5 * D2 / (ls * ls)) + noise * jnp.eye(n)
-        low = jnp.linalg.cholesky(k)
-        a = jsl.solve_triangular(low, Y, lower=True)
-        return 0.5 * a @ a + jnp.log(jnp.diag(low)).sum() + n * HALF_LOG_2PI
-
-    fn = jax.jit(jax.value_and_grad(nll))
+    theta = jnp.asarray(THETA)
+    fn = jax.jit(jax.value_and_grad(jax_nll(d2, y)))
 
     def run():
         v, g = jax.block_until_ready(fn(theta))
@@ -153,13 +110,10 @@ def jax_rows(d2: np.ndarray, y: np.ndarray) -> dict[str, Callable]:
 
 def _check(name: str, got, d2: np.ndarray, y: np.ndarray) -> None:
     value, grad = got
-    want = reference(THETA, d2, y)
-    h = 1e-6
-    fd = np.array([(reference(THETA + h * e, d2, y) - reference(THETA - h * e, d2, y)) / (2 * h)
-                   for e in np.eye(3)])
+    want, want_grad = nll_and_grad(THETA, d2, y)
     if not (math.isclose(value, want, rel_tol=1e-10)
-            and np.allclose(grad, fd, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(fd).max()))):
-        raise SystemExit(f"{name} disagrees with NumPy: {value} {grad} vs {want} {fd}")
+            and np.allclose(grad, want_grad, rtol=1e-8, atol=1e-10)):
+        raise SystemExit(f"{name} disagrees with NumPy: {value} {grad} vs {want} {want_grad}")
 
 
 def micro(n: int, rounds: int) -> None:
@@ -190,8 +144,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--n", type=int, default=300)
     args = parser.parse_args(argv)
-    x, y = _data(args.n)
-    d2 = _sqdist(x)
+    x, y = data(args.n)
+    d2 = sqdist(x)
     rows: dict[str, Callable] = {}
     for make in (nbgrad_rows, torch_rows, jax_rows):
         try:

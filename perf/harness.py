@@ -33,6 +33,7 @@ from pathlib import Path
 
 from . import workloads
 from .core import FRAMEWORKS, parse_selection, selected
+from .tasks import lookup
 
 PERF_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PERF_DIR.parent
@@ -277,10 +278,12 @@ def _row_base(impl, case: Case) -> dict:
 def run_case(case: Case, selection: list[str] | None, settings: Settings, scratch: Path,
              progress: Progress) -> dict:
     """Measure every selected implementation of one case; returns the case's record."""
-    mod = workloads.get(case.workload)
+    mod = lookup(case.workload)
     params = dict(case.params or mod.SIZES[case.size])
     record = {"workload": mod.ID, "name": mod.NAME, "title": mod.TITLE, "size": case.size,
               "params": params, "dtype": mod.DTYPE, "rows": []}
+    if hasattr(mod, "TOTAL"):
+        record["total"] = mod.TOTAL.format(**params)
     if hasattr(mod, "ops_per_call"):
         record["ops_per_call"] = mod.ops_per_call(params)
     live: list[tuple[dict, WorkerProc]] = []
@@ -417,7 +420,7 @@ def run(cases: Iterable[Case], selection: list[str] | None = None,
         shutil.rmtree(scratch, ignore_errors=True)
     results["loadavg_end"] = list(os.getloadavg())
     results["wall_s"] = time.perf_counter() - t0
-    suffix = "-scaling" if kind == "scaling" else ""
+    suffix = {"scaling": "-scaling", "tasks": "-tasks"}.get(kind, "")
     path = _result_path(out_dir, now.strftime("%Y-%m-%d"), results["machine"], suffix)
     path.write_text(json.dumps(results, indent=1, default=float) + "\n")
     from .report import render_markdown

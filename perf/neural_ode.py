@@ -15,7 +15,9 @@ while traced, re-rolled into a loop node), and the layers written with ``@`` or 
 second call (trace, compile, disk-cache loads; later rows reuse kernels that earlier
 ones loaded, so run it twice for warm figures) and the graph's tier, then steady-state
 medians of interleaved rounds and ratios to JAX. Every row is checked against JAX's
-gradient first. Compare numbers from one run only.
+gradient first. Compare numbers from one run only. The task itself (weights, NumPy
+reference, the losses) is :mod:`perf.tasks.neural_ode`, which ``python -m perf --suite
+tasks`` runs as T4 (the fori_loop, ``@`` row against JAX and PyTorch eager).
 """
 
 from __future__ import annotations
@@ -37,58 +39,21 @@ from collections.abc import Callable  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .core import interleaved  # noqa: E402
-
-DT = 0.01
-
-
-def _params(seed: int = 0) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return [rng.normal(size=(64, 16)) / 4, rng.normal(size=64) / 10,
-            rng.normal(size=(16, 64)) / 8, rng.normal(size=16) / 10,
-            rng.normal(size=(32, 16))]
+from .tasks.neural_ode import arrays as _params  # noqa: E402
+from .tasks.neural_ode import jax_loss, nbgrad_loss  # noqa: E402
 
 
 def nbgrad_rows(arrays: list[np.ndarray], steps: int,
                 modes: tuple[str, ...] = ("auto",)) -> dict[str, Callable]:
     import nbgrad as nb
-    import nbgrad.nn.functional as F
     *params, x0 = [nb.tensor(a) for a in arrays]
-
-    def field(linear):
-        def f(x, w1, b1, w2, b2):
-            return linear(nb.tanh(linear(x, w1, b1)), w2, b2)
-        return f
-
-    def matmul_linear(x, w, b):
-        return x @ w.T + b
-
-    def rk4(f, x, p):
-        k1 = f(x, *p)
-        k2 = f(x + 0.5 * DT * k1, *p)
-        k3 = f(x + 0.5 * DT * k2, *p)
-        k4 = f(x + DT * k3, *p)
-        return x + (DT / 6) * (k1 + 2 * k2 + 2 * k3 + k4)
-
-    def with_fori(f):
-        def loss(w1, b1, w2, b2, x):
-            p = (w1, b1, w2, b2)
-            x = nb.fori_loop(0, steps, lambda i, x: rk4(f, x, p), x)
-            return (x * x).sum()
-        return loss
-
-    def with_python_loop(f):
-        def loss(w1, b1, w2, b2, x):
-            p = (w1, b1, w2, b2)
-            for _ in range(steps):
-                x = rk4(f, x, p)
-            return (x * x).sum()
-        return loss
 
     rows = {}
     for mode in modes:
-        for loop_name, loop in (("fori_loop", with_fori), ("python loop", with_python_loop)):
-            for lin_name, lin in (("@", matmul_linear), ("F.linear", F.linear)):
-                jitted = nb.jit(nb.grad(loop(field(lin)), argnums=(0, 1, 2, 3)), mode=mode)
+        for loop_name in ("fori_loop", "python loop"):
+            for lin_name in ("@", "F.linear"):
+                loss = nbgrad_loss(steps, loop_name, lin_name)
+                jitted = nb.jit(nb.grad(loss, argnums=(0, 1, 2, 3)), mode=mode)
 
                 def row(jitted=jitted):
                     return [g.numpy() for g in jitted(*params, x0)]
@@ -104,23 +69,7 @@ def jax_rows(arrays: list[np.ndarray], steps: int) -> dict[str, Callable]:
     jax.config.update("jax_platforms", "cpu")
     import jax.numpy as jnp
     *params, x0 = [jnp.asarray(a) for a in arrays]
-
-    def f(x, w1, b1, w2, b2):
-        return jnp.tanh(x @ w1.T + b1) @ w2.T + b2
-
-    def loss(w1, b1, w2, b2, x):
-        p = (w1, b1, w2, b2)
-
-        def step(i, x):
-            k1 = f(x, *p)
-            k2 = f(x + 0.5 * DT * k1, *p)
-            k3 = f(x + 0.5 * DT * k2, *p)
-            k4 = f(x + DT * k3, *p)
-            return x + (DT / 6) * (k1 + 2 * k2 + 2 * k3 + k4)
-        x = jax.lax.fori_loop(0, steps, step, x)
-        return (x * x).sum()
-
-    fn = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))
+    fn = jax.jit(jax.grad(jax_loss(steps), argnums=(0, 1, 2, 3)))
 
     def row():
         return [np.asarray(g) for g in jax.block_until_ready(fn(*params, x0))]

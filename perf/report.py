@@ -2,7 +2,9 @@
 
 Ratios: ``x floor`` is a row's median over the hand-written Numba floor's median;
 ``x best peer`` is over the best (lowest) median among PyTorch, JAX and HIPS autograd
-in the same case. Below 1.00 means faster.
+in the same case. Research tasks (T1-T5, cases with a ``total``) get their own table:
+first call, steady state and total time to result, each over JAX jit's and PyTorch
+eager's in the same case. Below 1.00 means faster.
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ def latest_results(directory: Path | str | None = None, kind: str = "benchmark")
         if isinstance(data, dict) and data.get("kind") == kind and "cases" in data:
             found.append((data.get("created", ""), p.name, p))
     if not found:
+        command = {"scaling": " scaling", "tasks": " --suite tasks"}.get(kind, "")
         raise FileNotFoundError(f"no {kind} results in {directory}; run `python -m perf"
-                                f"{' scaling' if kind == 'scaling' else ''}` first")
+                                f"{command}` first")
     return max(found)[2]
 
 
@@ -165,6 +168,49 @@ def summary_table(cases: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def is_task(case: dict) -> bool:
+    """Whether a case is a research task (it records its total time to result)."""
+    return "total" in case
+
+
+#: The peers each task row is compared with: (implementation id, column title).
+TASK_PEERS = (("jax:jit", "JAX jit"), ("torch:eager", "PyTorch eager"))
+TASK_MEASURES = ("first_call_s", "median_s", "total_s")
+
+
+def task_ratios(case: dict, row: dict, peer_id: str) -> list[float | None]:
+    """First call, steady state and total of a row over a peer row's, in one case."""
+    peer = next((r for r in ok_rows(case) if r["impl"] == peer_id), None)
+    if peer is None or row.get("status") != "ok":
+        return [None] * len(TASK_MEASURES)
+    return [row[m] / peer[m] if row.get(m) and peer.get(m) else None for m in TASK_MEASURES]
+
+
+def task_table(cases: list[dict]) -> str:
+    """Research tasks: one line per implementation, first call (s), steady-state median
+    (ms), total time to result (s), and those three over JAX jit's and PyTorch eager's."""
+    lines = ["| task (total: what) | implementation | first call s | steady ms | total s | "
+             + " | ".join(f"x {t} (first / steady / total)" for _, t in TASK_PEERS) + " |",
+             "|---|---|---:|---:|---:|" + "---|" * len(TASK_PEERS)]
+    for case in cases:
+        size = "" if case.get("size") == "full" else f" [{case.get('size')}]"
+        name = f"{case['workload']} {case['name']}{size} ({case['total']})"
+        for row in case["rows"]:
+            if row.get("threads", 1) != 1:
+                continue
+            if row.get("status") == "ok":
+                cells = [fmt_s(row.get("first_call_s")), fmt_ms(row.get("median_s")),
+                         fmt_s(row.get("total_s"))]
+                cells += [" / ".join(fmt_ratio(r) for r in task_ratios(case, row, pid))
+                          for pid, _ in TASK_PEERS]
+            else:
+                cells = [STATUS_TEXT.get(row["status"], str(row["status"])), "", ""]
+                cells += ["–" for _ in TASK_PEERS]
+            lines.append(f"| {name} | {row['label']} | " + " | ".join(cells) + " |")
+            name = ""
+    return "\n".join(lines)
+
+
 def case_table(case: dict) -> str:
     """One case in detail: every row with medians, ratios, first calls, memory, notes."""
     head = ("| implementation | median ms | min ms | x floor | x best peer | first call s "
@@ -186,6 +232,10 @@ def case_table(case: dict) -> str:
         info = row.get("info") or {}
         if info.get("path"):
             notes.append(f"path: {info['path']}")
+        total = row.get("total") or {}
+        if row.get("total_s") is not None:
+            notes.append(f"total {fmt_s(row['total_s'])} s ({total.get('evaluations')} "
+                         f"evaluations, result within {total.get('error', 0):.1e} of NumPy's)")
         err = (row.get("agreement") or {}).get("max")
         cells = [row["label"], fmt_ms(row.get("median_s")), fmt_ms(row.get("min_s")),
                  fmt_ratio(xf), fmt_ratio(xp), fmt_s(row.get("first_call_s")),
@@ -236,8 +286,14 @@ def render_markdown(results: dict, workloads: list[str] | None = None,
                     selection: list[str] | None = None, summary_only: bool = False) -> str:
     """The whole report: header, summary table, and one detailed table per case."""
     cases = _filter(results, workloads, selection)
-    parts = [header(results), "", "Steady-state median per call, ms (lower is better):", "",
-             summary_table(cases)]
+    parts = [header(results)]
+    if [c for c in cases if not is_task(c)]:
+        parts += ["", "Steady-state median per call, ms (lower is better):", "",
+                  summary_table([c for c in cases if not is_task(c)])]
+    if [c for c in cases if is_task(c)]:
+        parts += ["", "Research tasks: first call (compile included), steady-state median "
+                  "of one evaluation, total time to result (lower is better):", "",
+                  task_table([c for c in cases if is_task(c)])]
     if not summary_only:
         for case in cases:
             params = ", ".join(f"{k}={v}" for k, v in case["params"].items())
@@ -248,4 +304,9 @@ def render_markdown(results: dict, workloads: list[str] | None = None,
                   "excluded, compile included; new graph: first call of a freshly built "
                   "step in the warm process; max rel. error: against the NumPy reference "
                   "(normwise), checked before timing."]
+        if any(is_task(c) for c in cases):
+            parts += ["", "Tasks: first call is the first evaluation inside the total; "
+                      "total: the whole computation named in the task's title line, from a "
+                      "built step in the fresh process (import excluded), its result checked "
+                      "against the same computation driven by NumPy."]
     return "\n".join(parts)

@@ -202,8 +202,8 @@ def test_a_wrong_executor_is_reported_with_a_reproducer(monkeypatch):
     real = diff_mod._run
     calls = collections.Counter()
 
-    def second_call_wrong(fn, programs, arrays):
-        results = real(fn, programs, arrays)
+    def second_call_wrong(fn, programs, arrays, *layout):
+        results = real(fn, programs, arrays, *layout)
         if getattr(fn, "mode", None) == "compile":
             calls[id(fn)] += 1
             if calls[id(fn)] >= 2:
@@ -362,8 +362,8 @@ def test_failures_shrink_to_the_steps_that_matter(monkeypatch):
     from nbgrad.testing.fuzz.shrink import shrink
     real = diff_mod._run
 
-    def wrong_with_sub(fn, programs, arrays):
-        results = real(fn, programs, arrays)
+    def wrong_with_sub(fn, programs, arrays, *layout):
+        results = real(fn, programs, arrays, *layout)
         if getattr(fn, "mode", None) == "compile":
             for p, r in zip(programs, results, strict=True):
                 if any(isinstance(n, Step) and n.op == "sub" for n in p.nodes):

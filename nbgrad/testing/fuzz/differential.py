@@ -34,7 +34,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from ...jit import program as tiers
 from ...jit.tier1 import interpreter
 from ...kernels import parallel
 from ...tensor import Tensor
+from . import layouts
 from .program import Program, to_source
 from .special import (
     SPECIAL_RTOL,
@@ -165,6 +166,8 @@ class Result:
     out: np.ndarray
     loss: np.ndarray
     grads: list[np.ndarray | None]
+    #: how the leaves were laid out in memory (:mod:`.layouts`; empty: fresh arrays)
+    layout: str = ""
 
 
 def inputs(program: Program, call: int, dtype: str | None = None) -> list[np.ndarray]:
@@ -176,17 +179,28 @@ def inputs(program: Program, call: int, dtype: str | None = None) -> list[np.nda
     return [(a + NUDGE * rng.uniform(-1, 1, a.shape)).astype(a.dtype) for a in leaves]
 
 
-def _run(fn, programs: Sequence[Program], arrays: list[list[np.ndarray]]) -> list[Result]:
-    """Call ``fn`` (a batch function) on fresh leaves, backward the summed losses."""
-    leaves = [[Tensor(a, requires_grad=True) for a in group] for group in arrays]
+def _run(fn, programs: Sequence[Program], arrays: list[list[np.ndarray]],
+         layout: np.random.Generator | None = None) -> list[Result]:
+    """Call ``fn`` (a batch function) on fresh leaves, backward the summed losses. With
+    ``layout``, the leaves of all programs share one buffer in drawn layouts
+    (:mod:`.layouts`); else each is a new contiguous tensor."""
+    names: list[str] = []
+    if layout is None:
+        leaves = [[Tensor(a, requires_grad=True) for a in group] for group in arrays]
+    else:
+        flat, kinds = layouts.leaves([a for group in arrays for a in group], layout)
+        it, kind = iter(flat), iter(kinds)
+        leaves = [[next(it) for _ in group] for group in arrays]
+        names = [layouts.describe([next(kind) for _ in group]) for group in arrays]
     outs = fn(*[t for group in leaves for t in group])
     total = None
     for _out, loss in outs:
         total = loss if total is None else total + loss
     total.backward()
     return [Result(out.numpy(), loss.numpy(),
-                   [None if t.grad is None else t.grad.numpy() for t in group])
-            for (out, loss), group in zip(outs, leaves, strict=True)]
+                   [None if t.grad is None else t.grad.numpy() for t in group],
+                   names[k] if names else "")
+            for k, ((out, loss), group) in enumerate(zip(outs, leaves, strict=True))]
 
 
 def batch_function(programs: Sequence[Program]):
@@ -234,6 +248,8 @@ def _compare(got: Result, want: Result, program: Program, executor: str, call: i
                                   f"max |difference| {float(np.nanmax(err)):.3g} at flat "
                                   f"index {k}: got {g.ravel()[k]!r}, eager {w.ravel()[k]!r} "
                                   f"({int(np.sum(bad))} of {w.size} elements off)"))
+    if got.layout:
+        found = [replace(m, detail=f"{m.detail} [arguments: {got.layout}]") for m in found]
     return found
 
 
@@ -455,10 +471,22 @@ def _run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor
                 finally:
                     tiers.PROMOTE_SECONDS = seconds
                 tiers.wait_for_promotions(300)
+            # the calls' arguments in drawn layouts; their results are kept and checked
+            # again after the last call: a later call must not write into them
+            draw = np.random.default_rng([programs[0].seed, 11, sum(map(ord, executor))])
+            kept = []
             for call in range(1, CALLS + 1):
-                got = _run(jitted, programs, [inputs(p, call) for p in programs])
+                got = _run(jitted, programs, [inputs(p, call) for p in programs], draw)
                 for g, ref, p in zip(got, refs, programs, strict=True):
                     found += _compare(g, ref[call - 1], p, executor, call)
+                if found:
+                    break
+                kept.append(got)
+            for call, got in enumerate(kept if not found else (), start=1):
+                for g, ref, p in zip(got, refs, programs, strict=True):
+                    found += [replace(m, what=f"{m.what} of call {call}, read after call "
+                                      f"{CALLS} (a later call wrote into it)")
+                              for m in _compare(g, ref[call - 1], p, executor, CALLS)]
                 if found:
                     break
             if not found and executor in ("interpret", "compile", "blocked") and all(

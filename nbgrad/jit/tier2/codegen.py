@@ -136,6 +136,8 @@ class Generated:
         self.natives: list[tuple[str, Any]] = []
         #: the entry whose block loops run in parallel (``prange``), if any
         self.par_entry: str | None = None
+        #: (shape, dtype) of the scratch buffers the caller passes last and keeps
+        self.scratch: list[tuple[tuple[int, ...], np.dtype]] = []
         self.hash = ghash
         self.stats = stats
 
@@ -181,6 +183,7 @@ def generate(graph: Graph, fastmath: frozenset[str] | bool = FASTMATH) -> Genera
                     em.fallbacks, ghash, stats)
     gen.natives = list(em.natives)
     gen.par_entry = par_entry
+    gen.scratch = list(em.scratch)
     return gen
 
 
@@ -233,6 +236,11 @@ class CompiledGraph(Executable):
         if gen.par_entry and parallel.pool_size() > 1:
             self.entry = getattr(module, gen.par_entry)
         self.const_args = gen.const_args
+        self.scratch_specs = gen.scratch
+        #: the scratch buffers, made on first use; a call that finds them in use (another
+        #: thread, or a call back into this graph) allocates its own
+        self._scratch: list[np.ndarray] | None = None
+        self._scratch_lock = threading.Lock()
         self.in_specs = [(v.shape, v.dtype) for v in gen.graph.inputs]
         self.scalar_out = [v.shape == () for v in gen.graph.outputs]
         self.stats = dict(gen.stats)
@@ -243,6 +251,7 @@ class CompiledGraph(Executable):
     def signature(self) -> tuple:
         types = [numba.typeof(np.empty(shape, dtype)) for shape, dtype in self.in_specs]
         types += [numba.typeof(np.ascontiguousarray(a)) for a in self.const_args]
+        types += [numba.typeof(np.empty(shape, dtype)) for shape, dtype in self.scratch_specs]
         return tuple(types)
 
     def compile(self) -> CompiledGraph:
@@ -297,7 +306,18 @@ class CompiledGraph(Executable):
         entry = self.entry
         if entry is not self.serial_entry and not parallel.numba_pool_usable():
             entry = self._serial()
-        outs = entry(*args, *self.const_args)
+        if not self.scratch_specs:
+            outs = entry(*args, *self.const_args)
+        elif self._scratch_lock.acquire(blocking=False):
+            try:
+                if self._scratch is None:
+                    self._scratch = [np.empty(s, d) for s, d in self.scratch_specs]
+                outs = entry(*args, *self.const_args, *self._scratch)
+            finally:
+                self._scratch_lock.release()
+        else:
+            outs = entry(*args, *self.const_args,
+                         *[np.empty(s, d) for s, d in self.scratch_specs])
         return [o.reshape(()) if s else o for o, s in zip(outs, self.scalar_out, strict=True)]
 
     def source(self) -> str:

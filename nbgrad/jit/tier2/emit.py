@@ -50,6 +50,7 @@ from .store import (
     literal,
     np_type,
     scalar_expr,
+    scratch_slots,
     uniform_value,
 )
 
@@ -104,6 +105,11 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
         self.natives: list[tuple[str, object]] = []
         #: module-level lines (constant index arrays) written before the function
         self.globals_lines: list[str] = []
+        #: pool buffer name -> (shape, dtype, its prologue line); carry buffer swaps
+        self.allocs: dict[str, tuple] = {}
+        self.swaps: list[tuple[str, str]] = []
+        #: (shape, dtype) of the scratch parameters (:func:`.store.scratch_slots`), last
+        self.scratch: list[tuple[tuple[int, ...], np.dtype]] = []
 
     # -------------------------------------------------------------- helpers
     def num(self, v: Var) -> str:
@@ -159,8 +165,26 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
             s = top.get(v)
             rets.append(self.output_expr(s, v, returned, k))
         params += [n for n, _ in self.const_args]
+        params += self.scratch_params(top)
         self.line("return (" + ", ".join(rets) + ("," if len(rets) == 1 else "") + ")")
         return params, ["    " + p for p in self.prologue] + self.lines
+
+    def scratch_params(self, top: Scope) -> list[str]:
+        """Large internal buffers become parameters the caller keeps between calls
+        (:func:`.store.scratch_slots`); none where Python code (objmode) or a native
+        function could keep or return a view of one."""
+        if self.fallbacks or self.natives:
+            return []
+        escaped: set[str] = set()
+        for v in self.graph.outputs:
+            s = top.get(v)
+            escaped.update(n for n in (s.name, s.slot, self.buffer_of(s.name)) if n)
+        names = scratch_slots(self.allocs, self.swaps, escaped)
+        for n in names:
+            shape, dtype, line = self.allocs[n]
+            self.prologue.remove(line)
+            self.scratch.append((shape, dtype))
+        return names
 
     def output_expr(self, s: Store, v: Var, returned: set[str], k: int) -> str:
         if s.kind in ("scalar", "literal") and v.shape == ():
@@ -638,5 +662,6 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
             self.copy(c, "", s, s.shape)
         for c, src in swaps:
             self.line(f"{c}, {src} = {src}, {c}")
+            self.swaps.append((c, src))
         if scalars:  # one parallel assignment (a new value may be another carry's old one)
             self.line(", ".join(c for c, _ in scalars) + " = " + ", ".join(s for _, s in scalars))

@@ -201,7 +201,9 @@ class Pool:
             slot = free.pop()
         else:
             slot = self.fn.fresh_name(hint)
-            self.fn.prologue.append(f"{slot} = np.empty({var.shape!r}, {np_type(var.dtype)})")
+            line = f"{slot} = np.empty({var.shape!r}, {np_type(var.dtype)})"
+            self.fn.prologue.append(line)
+            self.fn.allocs[slot] = (var.shape, var.dtype, line)
             self.key_of[slot] = key
         if zero:  # here, not in the prologue: a loop body runs this every step
             self.fn.line(fill(slot, var.shape, "0"))
@@ -284,3 +286,34 @@ def _short(value) -> str:
     if " at 0x" in text or " object at " in text:
         return f"<{type(value).__name__}>"
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+# ------------------------------------------------------------------ scratch
+#: pool buffers of at least this many bytes that no result can reach become arguments
+#: the caller keeps between calls: allocated per call, a large buffer comes from mmap
+#: and costs a page fault per 4 KiB every call (W5's 40 MB stack of saved values)
+SCRATCH_MIN_BYTES = 1 << 20
+
+
+def scratch_slots(allocs: dict[str, tuple], swaps: Sequence[tuple[str, str]],
+                  escaped: set[str]) -> list[str]:
+    """The pool buffers of ``allocs`` (slot -> (shape, dtype, line)) that may live across
+    calls: of at least :data:`SCRATCH_MIN_BYTES`, and neither returned (``escaped``: the
+    names of the results and their buffers) nor exchanged by a carry swap with a buffer
+    that is, or with a name the pool does not own."""
+    parent: dict[str, str] = {}
+
+    def root(a: str) -> str:
+        while parent.get(a, a) != a:
+            a = parent[a]
+        return a
+
+    for a, b in swaps:
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[ra] = rb
+    bad = {root(n) for n in escaped}
+    bad |= {root(n) for pair in swaps for n in pair if n not in allocs}
+    return [slot for slot, (shape, dtype, _) in allocs.items()
+            if root(slot) not in bad
+            and int(np.prod(shape, dtype=np.int64)) * dtype.itemsize >= SCRATCH_MIN_BYTES]

@@ -282,6 +282,15 @@ def test_special_inputs_and_ieee_comparison():
                       ([np.nan, np.inf, 0.0, 1.0, 1e300], "sign of zero")]:
         assert same(np.array(got), w, 1e-12, 1.0, signs=True).startswith(what)
     assert same(np.array([np.nan, np.inf, 0.0, 1.0, 1e300]), w, 1e-12, 1.0) is None
+    # a program with a BLAS product: NaN placement is free, everything else is compared
+    assert special.blas_products(REGRESSIONS["two_offsets"]) is False
+    blas = Program(nodes=(Leaf((2, 3), "real"), Leaf((3,), "real"),
+                          Step("matmul", (0, 1))), seed=0)
+    assert special.blas_products(blas) is True
+    assert same(np.array([-np.inf, np.inf, -0.0, 1.0, 1e300]), w, 1e-12, 1.0,
+                nan_places=False) is None
+    assert same(np.array([np.nan, -np.inf, -0.0, 1.0, 1e300]), w, 1e-12, 1.0,
+                nan_places=False).startswith("infinity")
 
 
 def test_promotion_check_is_off_while_fuzzing_and_restored():

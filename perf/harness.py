@@ -245,6 +245,7 @@ def worker_env(settings: Settings, scratch: Path, tag: str, threads: int = 1) ->
         cache.mkdir(parents=True, exist_ok=True)
         env["NUMBA_CACHE_DIR"] = str(cache / "numba")
         env["NBGRAD_CACHE_DIR"] = str(cache / "nbgrad")
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "torchinductor")  # torch.compile's
     return env
 
 

@@ -247,3 +247,12 @@ def test_workers_are_pinned_to_as_many_cpus_as_threads(tmp_path):
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                              text=True, timeout=120, cwd=str(ROOT))
         assert out.stdout.strip() == "1", out.stderr
+
+
+def test_cold_rows_start_from_empty_compile_caches(tmp_path):
+    """``--cold``: Numba's, nbgrad's and torch.compile's caches are new folders per row."""
+    from perf import harness
+
+    env = harness.worker_env(harness.Settings(cold=True), tmp_path, "t")
+    for var in ("NUMBA_CACHE_DIR", "NBGRAD_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        assert env[var].startswith(str(tmp_path)), var

@@ -26,6 +26,8 @@ def _no_lean(op: Any, self: Any, other: Any = None, binary: bool = False) -> Non
 #: ``nbgrad.ops.dispatch.apply_lean`` and the ops ``+ - * / ** -`` try it with first
 #: (see install_lean); it answers None outside its common case
 _LEAN: Callable = _no_lean
+#: ``nbgrad.ops.dispatch.apply_lean_reflected``: ``scalar + - * / tensor`` try it first
+_LEAN_R: Callable = _no_lean
 _LEAN_OPS: dict[str, Any] = dict.fromkeys(("add", "sub", "mul", "div", "pow", "neg"))
 
 
@@ -35,12 +37,14 @@ def install_ops(ops: Any) -> None:
     _OPS = ops
 
 
-def install_lean(apply_lean: Callable, ops: dict[str, Any]) -> None:
+def install_lean(apply_lean: Callable, apply_lean_reflected: Callable,
+                 ops: dict[str, Any]) -> None:
     """Called by :mod:`nbgrad.ops.elementwise` at import: the lean path of the operators
-    (the ops' public functions, which try it first too, take every other case)."""
-    global _LEAN
+    and of the reflected ones with a Python scalar (the ops' public functions, which try
+    it first too, take every other case)."""
+    global _LEAN, _LEAN_R
     _LEAN_OPS.update(ops)
-    _LEAN = apply_lean
+    _LEAN, _LEAN_R = apply_lean, apply_lean_reflected
 
 
 def install_autograd(backward: Callable, retain_grad: Callable) -> None:
@@ -405,7 +409,8 @@ class Tensor:
         return _OPS.add(self, other) if out is None else out
 
     def __radd__(self, other):
-        return _OPS.add(other, self)
+        out = _LEAN_R(_LEAN_OPS["add"], self, other)
+        return _OPS.add(other, self) if out is None else out
 
     def __sub__(self, other):
         out = _LEAN(_LEAN_OPS["sub"], self, other, True)
@@ -414,7 +419,8 @@ class Tensor:
         return _OPS.sub(self, other) if out is None else out
 
     def __rsub__(self, other):
-        return _OPS.sub(other, self)
+        out = _LEAN_R(_LEAN_OPS["sub"], self, other)
+        return _OPS.sub(other, self) if out is None else out
 
     def __mul__(self, other):
         out = _LEAN(_LEAN_OPS["mul"], self, other, True)
@@ -423,7 +429,8 @@ class Tensor:
         return _OPS.mul(self, other) if out is None else out
 
     def __rmul__(self, other):
-        return _OPS.mul(other, self)
+        out = _LEAN_R(_LEAN_OPS["mul"], self, other)
+        return _OPS.mul(other, self) if out is None else out
 
     def __truediv__(self, other):
         out = _LEAN(_LEAN_OPS["div"], self, other, True)
@@ -432,7 +439,8 @@ class Tensor:
         return _OPS.div(self, other) if out is None else out
 
     def __rtruediv__(self, other):
-        return _OPS.div(other, self)
+        out = _LEAN_R(_LEAN_OPS["div"], self, other)
+        return _OPS.div(other, self) if out is None else out
 
     __rdiv__ = __rtruediv__  # the Python 2 name, still called by PyTorch-style code
 

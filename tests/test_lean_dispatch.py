@@ -73,6 +73,17 @@ BINARY = [
     ("exp-neg", lambda a, b: nb.exp(-a) * nb.tanh(b), True),
     ("lt", lambda a, b: a < b, False),
     ("add-alpha", lambda a, b: nb.add(a, b, alpha=2.0), True),
+    # int and bool scalars (weak: a float32 tensor stays float32), reflected operators
+    ("mul-int", lambda a, b: a * 3 - 2, True),
+    ("pow-int", lambda a, b: a ** 2, True),
+    ("add-bool", lambda a, b: a + True, True),
+    ("rmul-int", lambda a, b: 2 * a, True),
+    ("radd-float", lambda a, b: 0.25 + a, True),
+    ("rsub-int", lambda a, b: 1 - a, True),
+    ("rdiv-int", lambda a, b: 3 / a, True),
+    ("rdiv-float", lambda a, b: 1.5 / a, True),
+    ("rmul-bool", lambda a, b: True * a, True),
+    ("lt-int", lambda a, b: a < 1, False),
 ]
 
 
@@ -131,18 +142,34 @@ def test_lean_shapes_match_the_general_path(monkeypatch, case):
 
 
 def test_general_path_outside_the_common_case(monkeypatch):
-    """Mixed dtypes, integers, broadcasting, non-contiguous and 0-d-first operands, and
-    Python ints take the general path (NumPy promotion), with the same results."""
+    """Mixed dtypes, integers, broadcasting, non-contiguous and 0-d-first operands,
+    Python ints not exact in float64, NumPy scalars and reflected ``**`` take the general
+    path (NumPy promotion), with the same results."""
     calls = _spy(monkeypatch)
     x64 = nb.tensor(_data(np.float64, 5))
     x32 = nb.tensor(_data(np.float32, 6))
     ints = nb.tensor(np.arange(12).reshape(3, 4))
     row = nb.tensor(_data(np.float64, 7, (4,)))
-    cases = [x64 + x32, x32 * 2, ints * 1.5, x64 * row, x64.T * 2.0,
-             nb.tensor(2.0) * x64, x64 * np.float64(2.0), nb.exp(ints)]
+    cases = [x64 + x32, x32 * (2 ** 53 + 1), ints * 1.5, x64 * row, x64.T * 2.0,
+             nb.tensor(2.0) * x64, x64 * np.float64(2.0), nb.exp(ints),
+             -(2 ** 60) * x32, np.float32(2.0) * x32, 2 ** x64, 2 * x64.T, 2 * ints]
     assert calls == []
     assert [c.dtype for c in cases] == [np.float64, np.float32, np.float64, np.float64,
-                                        np.float64, np.float64, np.float64, np.float64]
+                                        np.float64, np.float64, np.float64, np.float64,
+                                        np.float32, np.float32, np.float64, np.float64,
+                                        np.int64]
+
+
+def test_int_and_bool_scalars_keep_a_float_tensors_dtype(monkeypatch):
+    """As in PyTorch (and NumPy's weak scalars): ``float32 op int`` is float32, on the
+    lean path, both ways round."""
+    calls = _spy(monkeypatch)
+    x = nb.tensor(np.array([0.5, -1.5, 3.0], np.float32))
+    for y in (x * 2, 2 * x, x + True, 1 - x, 3 / x, x ** 2, x - 2 ** 53):
+        assert y.dtype == np.float32
+    assert len(calls) == 7
+    np.testing.assert_array_equal((1 - x).numpy(), np.float32(1) - x.numpy())
+    np.testing.assert_array_equal((3 / x).numpy(), np.float32(3) / x.numpy())
 
 
 def test_hooks_turn_the_lean_path_off(monkeypatch):
@@ -155,6 +182,10 @@ def test_hooks_turn_the_lean_path_off(monkeypatch):
     np.testing.assert_array_equal(tangent.numpy(), np.full(x.shape, 3.0))
     batched = nb.vmap(lambda v: v * 2.0)(x)
     np.testing.assert_array_equal(batched.numpy(), x.detach().numpy() * 2.0)
+    batched = nb.vmap(lambda v: 1 - 2 * v)(x)  # reflected operators, int scalars
+    np.testing.assert_array_equal(batched.numpy(), 1.0 - 2.0 * x.detach().numpy())
+    _, tangent = nb.jvp(lambda v: 3 * v, (x,), (nb.ones_like(x),))
+    np.testing.assert_array_equal(tangent.numpy(), np.full(x.shape, 3.0))
     assert calls == []
 
 
@@ -227,13 +258,16 @@ def test_wrap_array_is_make():
 VALUES = [0.0, -0.0, 0.5, -1.25, 2.0, 3.0, -0.3, 7.1]
 #: broadcast against each other; "T" is a transposed (not C-contiguous) (2, 3)
 SHAPES = [(2, 3), (3,), (2, 1), (), "T"]
-SCALARS = [0.0, -0.0, 1.5, -2.0, 0.1, 1]
+SCALARS = [0.0, -0.0, 1.5, -2.0, 0.1, 1, 0, -3, 2 ** 53, 2 ** 53 + 1, True, False]
 PROGRAM_OPS = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
     "div": lambda a, b: a / b, "pow": lambda a, b: nb.abs(a) ** b,
     "nb.mul": lambda a, b: nb.mul(a, b), "nb.add-alpha": lambda a, b: nb.add(a, b, alpha=2),
     "maximum": lambda a, b: nb.maximum(a, b) if isinstance(b, nb.Tensor) else a,
     "rsub": lambda a, b: 1.5 - a, "neg": lambda a, b: -a, "exp": lambda a, b: nb.exp(a),
+    # reflected: ``b op a`` (a Python scalar ``b`` on the left)
+    "radd": lambda a, b: b + a, "rsub-b": lambda a, b: b - a, "rmul": lambda a, b: b * a,
+    "rdiv": lambda a, b: b / a, "lt": lambda a, b: a < b,
     "tanh": lambda a, b: nb.tanh(a), "sum-keep": lambda a, b: a.sum(0, keepdim=True)
     if a.ndim else a,
     "unbind-last": lambda a, b: a.unbind(0)[-1] if a.ndim else a,  # several outputs
@@ -267,7 +301,7 @@ def _no_grad_mul(a, b):
 
 #: the steps of the second random test: in-place changes, hooks, no_grad, optionals
 STATEFUL_OPS = ["use-then-mul_", "mul_", "hook", "no_grad", "mul", "add", "tanh", "where",
-                "clamp-min", "exp"]
+                "clamp-min", "exp", "rmul", "rsub-b"]
 
 
 @st.composite

@@ -159,9 +159,10 @@ def apply(op: OpDef, args: tuple):
 
 # -------------------------------------------------------------------- the lean path
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
-#: per dtype, the 0-d tensors of Python float operands on the lean path and their data
-#: as 1-element arrays, by value (a zero by its sign): read-only, never given to the
-#: caller, so shared between ops
+#: per dtype, the 0-d tensors of Python scalar operands on the lean path (read-only) and
+#: their data as 1-element arrays (writable copies: kernels then take the signature of
+#: two writable arrays, compiled once for all), by value (a zero by its sign): never
+#: given to the caller, never written, so shared between ops
 _CONSTANTS: dict = {_F64: {}, _F32: {}}
 #: ``id(tensor)`` -> ``(tensor, flat data)`` of the cached constants: a formula's 0-d
 #: constant operand (``grad * other``) is given to the kernel without a reshape
@@ -175,11 +176,27 @@ def _constant(value: float, dt: np.dtype) -> tuple:
     pair = table.get(key)
     if pair is None:
         o = Tensor._make(scalar_constant(value, dt))
-        pair = (o, o._data.reshape(1))
+        pair = (o, np.array(o._data).reshape(1))
         if len(table) < 1024 and value == value:  # a NaN key would never be found again
             table[key] = pair
             _FLAT[id(o)] = pair  # o lives in the table: its id is never reused
     return pair
+
+
+#: Python ints in this range convert to float64 exactly, so ``float(i)`` rounds to
+#: float32 as NumPy's conversion of ``i`` does (wider ints take the general path)
+_EXACT_INT = 2 ** 53
+
+
+def _weak_scalar(other) -> float | None:
+    """A Python scalar operand as the float the general path makes of it (NumPy's weak
+    promotion keeps a float tensor's dtype for float, int and bool scalars), else None."""
+    t = type(other)
+    if t is float:
+        return other
+    if (t is int and -_EXACT_INT <= other <= _EXACT_INT) or t is bool:
+        return float(other)
+    return None
 
 
 def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | None:
@@ -187,10 +204,11 @@ def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | No
 
     The common case: no tracer, anomaly observer or forward-mode level; C-contiguous CPU
     tensors of one float dtype (float64 or float32); for a binary op ``other`` a tensor
-    of ``self``'s shape or 0-d, or a Python float (a weak scalar, as in
-    :func:`promote_operands`). The op's ``lean`` kernel (set where the op registers)
-    then runs on the arrays, and the recorder gets exactly what ``apply`` would give it
-    (the op's own, ``OpDef.run_record``, once the installed recorder has made it).
+    of ``self``'s shape or 0-d, or a Python float, int (exact in float64) or bool (a weak
+    scalar, as in :func:`promote_operands`). The op's ``lean`` kernel (set where the op
+    registers) then runs on the arrays, and the recorder gets exactly what ``apply``
+    would give it (the op's own, ``OpDef.run_record``, once the installed recorder has
+    made it).
     """
     lean = op.lean
     if (lean is None or not isinstance(self, Tensor) or self._device is not cpu_device
@@ -206,29 +224,53 @@ def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | No
         if self._requires_grad and STATE.grad_enabled and op.differentiable:
             (op.run_record or _recorder)(op, (self,), [out])
         return out
-    if type(other) is float:
-        key = other if other else ("zero", math.copysign(1.0, other))
-        pair = _CONSTANTS[dt].get(key)
-        o, flat = _constant(other, dt) if pair is None else pair
-        out = wrap_array(lean(x, flat, True))
-        if self._requires_grad and STATE.grad_enabled and op.differentiable:
-            (op.run_record or _recorder)(op, (self, o), [out])
+    if isinstance(other, Tensor):
+        y = other._data
+        if (other._device is not cpu_device or y.dtype is not dt
+                or (y.ndim and (y.shape != x.shape or not y.flags.c_contiguous))):
+            return None
+        if y.ndim:
+            out = wrap_array(lean(x, y, False))
+        else:
+            pair = _FLAT.get(id(other))
+            out = wrap_array(lean(x, y, False) if pair is None or pair[0] is not other
+                             else lean(x, pair[1], True))
+        if ((self._requires_grad or other._requires_grad) and STATE.grad_enabled
+                and op.differentiable):
+            (op.run_record or _recorder)(op, (self, other), [out])
         return out
-    if not isinstance(other, Tensor):
+    if type(other) is not float:
+        other = _weak_scalar(other)
+        if other is None:
+            return None
+    key = other if other else ("zero", math.copysign(1.0, other))
+    pair = _CONSTANTS[dt].get(key)
+    o, flat = _constant(other, dt) if pair is None else pair
+    out = wrap_array(lean(x, flat, True))
+    if self._requires_grad and STATE.grad_enabled and op.differentiable:
+        (op.run_record or _recorder)(op, (self, o), [out])
+    return out
+
+
+def apply_lean_reflected(op: OpDef, self, other) -> Tensor | None:
+    """``apply(op, (scalar, self))`` for a Python scalar ``other`` on the left (``2 * x``,
+    ``1 - x``: a tensor's reflected operators), in :func:`apply_lean`'s common case, else
+    None. The record is the general path's: the 0-d constant first."""
+    lean = op.lean
+    if (lean is None or self._device is not cpu_device or STATE_TRACE.tracer is not None
+            or _observer is not None or _forward is not None):
         return None
-    y = other._data
-    if (other._device is not cpu_device or y.dtype is not dt
-            or (y.ndim and (y.shape != x.shape or not y.flags.c_contiguous))):
+    value = _weak_scalar(other)
+    x = self._data
+    dt = x.dtype
+    if value is None or not ((dt is _F64 or dt is _F32) and x.flags.c_contiguous):
         return None
-    if y.ndim:
-        out = wrap_array(lean(x, y, False))
-    else:
-        pair = _FLAT.get(id(other))
-        out = wrap_array(lean(x, y, False) if pair is None or pair[0] is not other
-                         else lean(x, pair[1], True))
-    if ((self._requires_grad or other._requires_grad) and STATE.grad_enabled
-            and op.differentiable):
-        (op.run_record or _recorder)(op, (self, other), [out])
+    key = value if value else ("zero", math.copysign(1.0, value))
+    pair = _CONSTANTS[dt].get(key)
+    o, flat = _constant(value, dt) if pair is None else pair
+    out = wrap_array(lean(x, flat, True, True))
+    if self._requires_grad and STATE.grad_enabled and op.differentiable:
+        (op.run_record or _recorder)(op, (o, self), [out])
     return out
 
 

@@ -19,7 +19,7 @@ from ..kernels import parallel
 from ..kernels.layout import call_native
 from ..tensor import Tensor, install_lean
 from .convert import to_dtype
-from .dispatch import apply, apply_lean, as_tensor, promote_operands
+from .dispatch import apply, apply_lean, apply_lean_reflected, as_tensor, promote_operands
 from .registry import get, kernel, op_function
 from .traits import Elementwise, NativePlan, Opaque, batching
 
@@ -65,18 +65,28 @@ def _lean_unary(name: str, kind: str):
 def _lean_binary(name: str, kind: str):
     """The lean kernel (``OpDef.lean``) of a binary op: ``run_binary`` less its checks,
     for C-contiguous arrays of one float dtype. ``b`` has ``a``'s shape or is 0-d; with
-    ``flat`` it is a 0-d operand given as a 1-element 1-d array."""
+    ``flat`` it is a 0-d operand given as a 1-element 1-d array, and with ``swap`` too
+    the left operand (``b op a``, a reflected operator)."""
     run, fn, empty, to_bool = ew.run_binary, None, ew.EMPTY, kind == "bool"
 
-    def lean(a: np.ndarray, b: np.ndarray, flat: bool = False) -> np.ndarray:
+    def lean(a: np.ndarray, b: np.ndarray, flat: bool = False,
+             swap: bool = False) -> np.ndarray:
         nonlocal fn
         out_dtype = dtypes.bool_ if to_bool else a.dtype
         n = a.size
         if n > LEAN_SIZE or n >= parallel.MIN_SIZE:
+            if swap:
+                return run(name, b.reshape(()), a, out_dtype)
             return run(name, a, b.reshape(()) if flat else b, out_dtype)
         if fn is None:
             fn = ew.kernel_function("binary", name)
         out = np.empty(a.shape, out_dtype)
+        if swap:
+            if a.ndim == 1:
+                fn(b, a, out, 2, empty, empty, empty)
+            else:
+                fn(b, a.reshape(-1), out.reshape(-1), 2, empty, empty, empty)
+            return out
         if flat:
             bv, mode = b, 1
         elif b.ndim:
@@ -304,8 +314,9 @@ def div(self, other, *, rounding_mode: str | None = None) -> Tensor:
 
 
 # the operators + - * / ** - of Tensor try the lean path before these functions
-install_lean(apply_lean, {"add": _ADD, "sub": _SUB, "mul": get("mul"), "div": _DIV,
-                          "pow": _POW, "neg": _NEG})
+install_lean(apply_lean, apply_lean_reflected,
+             {"add": _ADD, "sub": _SUB, "mul": get("mul"), "div": _DIV, "pow": _POW,
+              "neg": _NEG})
 
 
 @op_function("round")

@@ -159,29 +159,34 @@ def settle(scope: _Scope, outputs: Sequence[Any], mask: Sequence[bool]) -> None:
             owners.append((arr, tuple(hs)))
     if scope.parent is not None:
         scope.parent.created.extend(claimed)
+    elif len(owners) == 1:  # the scope's one owner of these: its reference passes to it
+        _release_with(*owners[0])
     else:
         for arr, hs in owners:
             HANDLES.retain(*hs)
             _release_with(arr, hs)
         HANDLES.release(*claimed)
-    HANDLES.release(*(created - claimed))
+    if len(claimed) < len(created):
+        HANDLES.release(*(created - claimed))
 
 
-#: weak references to arrays that own handles (kept here so that their callbacks run)
-_OWNER_REFS: dict[int, weakref.ref] = {}
-_OWNER_KEYS = itertools.count()
+#: weak references to arrays that own handles, by id (kept here so that their callbacks
+#: run), with those handles
+_OWNER_REFS: dict[int, tuple[weakref.ref, tuple[int, ...]]] = {}
+
+
+def _owner_died(ref: weakref.ref) -> None:
+    handles = _OWNER_REFS.pop(id(ref), None)
+    if handles is not None:
+        HANDLES.release(*handles[1])
 
 
 def _release_with(arr: np.ndarray, handles: tuple[int, ...]) -> None:
     """Release ``handles`` when ``arr`` dies (a weak reference with a callback: cheaper
-    than ``weakref.finalize`` per call, and nothing to do at interpreter exit)."""
-    key = next(_OWNER_KEYS)
-
-    def done(_ref, key=key, handles=handles) -> None:
-        _OWNER_REFS.pop(key, None)
-        HANDLES.release(*handles)
-
-    _OWNER_REFS[key] = weakref.ref(arr, done)
+    than ``weakref.finalize`` per call, and nothing to do at interpreter exit). The
+    table keeps the reference (by its id: alive, so never reused) and the handles."""
+    ref = weakref.ref(arr, _owner_died)
+    _OWNER_REFS[id(ref)] = (ref, handles)
 
 
 def own(h: int, arr: np.ndarray, by_array: bool = False) -> None:

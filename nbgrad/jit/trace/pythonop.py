@@ -606,7 +606,8 @@ class RunPlan:
     from call to call (read from the node once)."""
 
     __slots__ = ("node", "cls", "name", "in_specs", "args", "tensor_pos", "kwargs",
-                 "needs_input_grad", "expect", "checker", "n", "zero_specs", "out_specs")
+                 "needs_input_grad", "expect", "checker", "n", "zero_specs", "out_specs",
+                 "direct", "one_out")
 
     def __init__(self, node: Node) -> None:
         a = node.attrs
@@ -621,6 +622,12 @@ class RunPlan:
             self.tensor_pos = [i for i, c in enumerate(a["input_convention"]) if c == "d"]
             self.needs_input_grad = _needs_input_grad(a)
             self.expect = node.outputs[1:]
+            #: every argument a tensor (present), no keywords: ``forward(ctx, *tensors)``
+            self.direct = (len(self.tensor_pos) == len(self.args) and not self.kwargs
+                           and None not in self.in_specs)
+            #: the (shape, dtype) of the one output, else None
+            self.one_out = ((self.expect[0].shape, self.expect[0].dtype)
+                            if len(self.expect) == 1 else None)
         else:
             self.n = n = len(a["input_tensor_types"])
             self.zero_specs = [(v.shape, dtypes.canonical(v.dtype))
@@ -648,18 +655,26 @@ def _tensor_of(arr, spec: tuple) -> Tensor:
 
 def _run_forward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
     cls = plan.cls
-    args = plan.args.copy()
-    for pos, x, spec in zip(plan.tensor_pos, arrays, plan.in_specs, strict=True):
-        args[pos] = None if x is None else _tensor_of(x, spec)
+    if plan.direct:
+        args = [_tensor_of(x, spec) for x, spec in zip(arrays, plan.in_specs, strict=True)]
+    else:
+        args = plan.args.copy()
+        for pos, x, spec in zip(plan.tensor_pos, arrays, plan.in_specs, strict=True):
+            args[pos] = None if x is None else _tensor_of(x, spec)
     ctx = FunctionCtx()
     ctx.needs_input_grad = plan.needs_input_grad
     raw = user_call(cls, "forward", cls.forward, ctx, *args, **plan.kwargs)
-    outs = output_list(cls, raw)
-    _check_outputs(cls, outs, plan.expect)
+    one = plan.one_out
+    if one is not None and type(raw) is Tensor and raw._data.shape == one[0] and \
+            raw._data.dtype == one[1]:
+        outs = [raw]  # the common case of the checks below
+    else:
+        outs = output_list(cls, raw)
+        _check_outputs(cls, outs, plan.expect)
     h = HANDLES.register(ctx, plan.name)
     harr = np.asarray(h, np.int64)
     own(h, harr)
-    return [harr] + [np.array(o._data, copy=True) for o in outs]
+    return [harr] + [o._data.copy() for o in outs]  # C-contiguous copies
 
 
 def _run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
@@ -668,7 +683,8 @@ def _run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
         raise ValueError(f"PythonOpGrad of {plan.name}: {len(arrays)} inputs, the node has "
                          f"{len(plan.in_specs)}")
     h = arrays[0]  # tier 2 passes the handle as an int, tier 1 as a 0-d array
-    ctx = HANDLES.get(h if type(h) is int else int(np.asarray(h).reshape(())), plan.name)
+    ctx = HANDLES.get(h if type(h) is int else h.item() if type(h) is np.ndarray and
+                      h.size == 1 else int(np.asarray(h).reshape(())), plan.name)
     n = plan.n
     grads = []
     for x, spec, zero in zip(arrays[1:1 + n], plan.in_specs[1:1 + n], plan.zero_specs,
@@ -683,8 +699,12 @@ def _run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
     outs = []
     for v, k in plan.out_specs:
         g = checked[k]
-        outs.append(np.zeros(v.shape, v.dtype) if g is None else
-                    np.array(g._data, dtype=v.dtype, copy=True).reshape(v.shape))
+        if g is None:
+            outs.append(np.zeros(v.shape, v.dtype))
+            continue
+        a = g._data  # checked: v's shape and dtype
+        outs.append(a.copy() if a.shape == v.shape and a.dtype == v.dtype else
+                    np.array(a, dtype=v.dtype, copy=True).reshape(v.shape))
     return outs
 
 
@@ -705,8 +725,8 @@ def fallback_callable(node: Node) -> Callable:
         runner = _run_forward if node.op == PYTHON_OP else _run_backward
 
         def call_plan(*args):
-            return tuple([r.reshape(s) if r.dtype == dt and r.flags.c_contiguous else
-                          np.asarray(r, dtype=dt, order="C").reshape(s)
+            return tuple([r if r.shape == s and r.dtype == dt and r.flags.c_contiguous
+                          else np.asarray(r, dtype=dt, order="C").reshape(s)
                           for r, (s, dt) in zip(runner(plan, args), outs, strict=True)])
 
         call_plan.__name__ = f"callback_{node.op}"

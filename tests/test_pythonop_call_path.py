@@ -1,0 +1,110 @@
+"""The PythonOp call path's shortcuts (``pythonop.RunPlan.direct``/``one_out``, the
+single-owner ``handles.settle``): values, gradients, errors and context lifetimes equal
+the general path's in both tiers."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import nbgrad as nb
+from nbgrad.autograd import Function
+from nbgrad.jit.trace import handles as htable
+
+
+class Square(Function):
+    """The custom Function of ``perf.custom_function_overhead`` (reflected int scalar in
+    its backward)."""
+
+    jit_path = "python"
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
+class Shifty(Function):
+    """Its output dtype depends on a value: float32 when the input's first element is
+    negative (which inside nbgrad.jit must be refused, never passed on)."""
+
+    jit_path = "python"
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x * 3
+        return y.float() if float(x.numpy()[0]) < 0 else y
+
+    @staticmethod
+    def backward(ctx, g):
+        if float(g.numpy()[0]) > 100:
+            raise ZeroDivisionError("gradient too large")
+        return 3 * g
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_contexts():
+    yield
+    gc.collect()
+    assert htable.live_contexts() == 0, htable.HANDLES.stats()
+
+
+@pytest.mark.parametrize("mode", ["interpret", "compile"])
+def test_values_and_gradients_equal_eager_bit_for_bit(mode):
+    x0 = np.random.default_rng(0).standard_normal(100)
+    xe = nb.tensor(x0, requires_grad=True)
+    ye = Square.apply(xe)
+    (ye * 1.5).sum().backward()
+    jf = nb.jit(lambda t: (Square.apply(t) * 1.5).sum(), mode=mode)
+    for k in range(4):  # the trace, then the compiled forward and backward
+        x = nb.tensor(x0, requires_grad=True)
+        loss = jf(x)
+        assert htable.live_contexts() == (k > 0)  # the trace's contexts are gone
+        loss.backward()
+        assert htable.live_contexts() == 0
+        np.testing.assert_array_equal(loss.numpy(), (ye * 1.5).sum().numpy())
+        np.testing.assert_array_equal(x.grad.numpy(), xe.grad.numpy())
+
+
+@pytest.mark.parametrize("mode", ["interpret", "compile"])
+def test_value_dependent_output_dtype_and_user_errors_are_clear(mode):
+    jf = nb.jit(lambda t: Shifty.apply(t).sum(), mode=mode)
+    x0 = np.linspace(1.0, 2.0, 5)
+    for _ in range(3):
+        x = nb.tensor(x0, requires_grad=True)
+        jf(x).backward()
+        np.testing.assert_array_equal(x.grad.numpy(), np.full(5, 3.0))
+    with pytest.raises(RuntimeError, match=r"Shifty\.forward returned float32\[5\] as "
+                                           r"output 0.*expects f64\[5\]"):
+        jf(nb.tensor(-x0, requires_grad=True))
+    loss = jf(nb.tensor(x0, requires_grad=True))
+    with pytest.raises(ZeroDivisionError, match=r"Shifty\.backward: gradient too large"):
+        loss.backward(nb.tensor(1000.0))
+    del loss
+
+
+def test_two_python_ops_in_one_graph_share_the_owner_array():
+    """Several handles leaving one run through one residual array: the general branch of
+    ``settle`` (each owner takes its own reference)."""
+    jf = nb.jit(lambda t: Square.apply(Square.apply(t)).sum())
+    x0 = np.array([0.5, -1.0, 2.0])
+    for k in range(3):
+        x = nb.tensor(x0, requires_grad=True)
+        loss = jf(x)
+        assert htable.live_contexts() == 2 * (k > 0)  # the trace's contexts are gone
+        loss.backward(retain_graph=True)
+        assert htable.live_contexts() == 2 * (k > 0)
+        loss.backward()
+        assert htable.live_contexts() == 0
+        np.testing.assert_allclose(x.grad.numpy(), 2 * 4 * x0 ** 3, rtol=1e-15)  # two backwards
+    loss = jf(nb.tensor(x0, requires_grad=True))
+    del loss  # no backward: released with the outputs
+    assert htable.live_contexts() == 0
+    assert not htable._OWNER_REFS

@@ -256,3 +256,29 @@ def test_cold_rows_start_from_empty_compile_caches(tmp_path):
     env = harness.worker_env(harness.Settings(cold=True), tmp_path, "t")
     for var in ("NUMBA_CACHE_DIR", "NBGRAD_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
         assert env[var].startswith(str(tmp_path)), var
+
+
+def test_calibration_waits_for_a_promotion_still_compiling(monkeypatch):
+    """Steady state starts after nbgrad.jit's background compile: the worker waits for
+    it and warms up again (the calls made during the compile are not the steady state)."""
+    import types
+
+    from perf import worker
+
+    waits = []
+    running = [True]
+
+    def wait_for_promotions(timeout=None):
+        waits.append(timeout)
+        if timeout:  # the worker's real wait: the compile ends
+            running[0] = False
+        return not running[0]
+
+    monkeypatch.setitem(sys.modules, "nbgrad.jit.program",
+                        types.SimpleNamespace(wait_for_promotions=wait_for_promotions))
+    calls = []
+    w = worker.Worker({}, send=None)
+    w.step = lambda: calls.append(running[0])
+    out = w.calibrate(warmup_time=0.0)
+    assert waits == [0, worker.PROMOTION_WAIT_S]
+    assert calls[-out["warmup_calls"]:] == [False] * out["warmup_calls"]

@@ -23,7 +23,10 @@ mp = pytest.importorskip("mpmath")
 
 L = np.longdouble
 RNG = np.random.default_rng(20261126)
-MAX_ULP = 2.0
+MAX_ULP = 2.0  # the limit, float64 and float32
+#: what the docstrings claim in float64 (the cheap trig reduction rounds r once: sin/cos
+#: measured 1.52 ulp over 12e6 points, the sweeps below included)
+CLAIMED = {"exp": 1.1, "sin": 1.6, "cos": 1.6, "tanh": 1.5, "sigmoid": 1.5}
 
 
 def _sweep(lo: float, hi: float, n: int = 40_000, log: bool = False) -> np.ndarray:
@@ -54,16 +57,21 @@ def _softplus_ref(x):
 # name: (run, long double reference, sweeps); softplus with beta=2, threshold=20
 _TINY = _both_signs(_sweep(1e-300, 1, log=True))
 _BIG = _both_signs(_sweep(1, 2e12, log=True))  # past TRIG_MAX = 2**40 too
+_K = np.concatenate([RNG.integers(1, 70_000, 20_000), RNG.integers(1, 2 ** 39, 20_000)])
+# the doubles nearest k pi/2 (tiny reduced arguments: the third part of pi/2 matters)
+_AXIS = _both_signs((_K.astype(L) * L("1.57079632679489661923132169163975144")).astype(float))
+# reduced arguments in [0.5, 0.5236]: sin r in the binade below r (r's rounding counts twice)
+_WINDOW = _both_signs(_K[:20_000] * (np.pi / 2) + RNG.uniform(0.5, 0.5236, 20_000))
 CASES = {
     "exp": (nb.exp, np.exp, [_sweep(-745.2, 709.78), _sweep(-1, 1), _sweep(-1e-6, 1e-6)]),
     "expm1": (nb.expm1, np.expm1, [_sweep(-40, 709.78), _sweep(-0.8, 0.8), _TINY]),
     "log": (nb.log, np.log, [_sweep(1e-307, 1e307, log=True), _sweep(0.5, 2),
                              _sweep(4.9e-324, 2.2e-308, log=True)]),
     "log1p": (nb.log1p, np.log1p, [_sweep(-0.999999, 10), _TINY, _sweep(1, 1e300, log=True)]),
-    "sin": (nb.sin, np.sin, [_sweep(-10, 10), _sweep(-1e5, 1e5), _BIG, _TINY]),
-    "cos": (nb.cos, np.cos, [_sweep(-10, 10), _sweep(-1e5, 1e5), _BIG]),
+    "sin": (nb.sin, np.sin, [_sweep(-10, 10), _sweep(-1e5, 1e5), _BIG, _TINY, _AXIS, _WINDOW]),
+    "cos": (nb.cos, np.cos, [_sweep(-10, 10), _sweep(-1e5, 1e5), _BIG, _AXIS, _WINDOW]),
     "tan": (nb.tan, np.tan, [_sweep(-10, 10), _sweep(-1e5, 1e5), _BIG, _TINY]),
-    "tanh": (nb.tanh, np.tanh, [_sweep(-25, 25), _sweep(-1, 1), _TINY]),
+    "tanh": (nb.tanh, np.tanh, [_sweep(-25, 25), _sweep(-1, 1), _sweep(17, 21), _TINY]),
     "atan": (nb.atan, np.arctan, [_sweep(-5, 5), _both_signs(_sweep(1e-300, 1e300, log=True))]),
     "sigmoid": (nb.sigmoid, lambda x: 1 / (1 + np.exp(-x)), [_sweep(-745, 745), _sweep(-40, 40)]),
     "softplus": (lambda t: F.softplus(t, beta=2.0, threshold=20.0), _softplus_ref,
@@ -111,7 +119,8 @@ def test_within_two_ulp(name):
         want = ref(xs.astype(L))
     err64 = _ulps(_run(run, xs), want, np.float64)
     i = int(np.argmax(err64))
-    assert err64[i] <= MAX_ULP, f"{name}(float64): {float(err64[i]):.2f} ulp at x = {xs[i]!r}"
+    bound = CLAIMED.get(name, MAX_ULP)
+    assert err64[i] <= bound, f"{name}(float64): {float(err64[i]):.2f} ulp at x = {xs[i]!r}"
     # float32: inputs rounded to float32, the same long double reference of them
     with np.errstate(all="ignore"):
         x32 = xs.astype(np.float32)

@@ -16,8 +16,10 @@ depend on LLVM's size budget (vtanh and verf were over it, and a call stops
 vectorisation). Floats become integers by bit casts, never by conversion of a possibly
 NaN/inf value; polynomials of more than ~16 terms are split (a longer loop over the
 coefficient tuple is not unrolled, and then the caller's loop does not vectorise).
-``sin``/``cos``/``tan`` reduce exactly only for ``|x| <= TRIG_MAX``: the loops that call
-them redo larger arguments through libm (:data:`TRIG_MAX`).
+``sin``/``cos``/``tan`` reduce correctly only for ``|x| <= TRIG_MAX``: the loops that call
+them redo larger arguments through libm (:data:`TRIG_MAX`). Accuracy is spent where the
+2-ulp budget allows: sin/cos round their reduced argument once (tan, whose error that would
+double, reduces in double-double), exp evaluates one polynomial without a 1 + r split.
 
 Polynomial coefficients: Chebyshev fits made with ``mpmath.chebyfit`` (50 digits) of the
 tails below, on the reduced ranges.
@@ -113,19 +115,24 @@ EXPM1_P = (
 LOG_P = (
     0.6666666666666666, 0.40000000000000885, 0.28571428570799784, 0.22222222392581045,
     0.18181795547521137, 0.15386244737621665, 0.13268638369266825, 0.13088034850927555)
+# (sin r - r) / r^3 and (cos r - 1 + r^2 / 2) / r^4 in z = r^2, |r| <= pi/4
 SIN_P = (
-    -0.16666666666666666, 0.008333333333333331, -0.00019841269841265017,
-    2.7557319219301936e-06, -2.5052106219528367e-08, 1.6058529573291737e-10,
-    -7.586576648405261e-13)
+    -0.16666666666666666, 0.008333333333330946, -0.0001984126983675497,
+    2.755731610068303e-06, -2.5051131455427946e-08, 1.591810123027412e-10)
 COS_P = (
-    0.041666666666666664, -0.0013888888888888887, 2.4801587301584618e-05,
-    -2.7557319221382125e-07, 2.0876755783897636e-09, -1.1470459750244853e-11,
-    4.74580492324984e-14)
-TANH_P = (
-    -0.3333333333333333, 0.13333333333332387, -0.05396825396705584,
-    0.021869488476807385, -0.008863234018108599, 0.0035921054890186723,
-    -0.001455623647981603, 0.0005887521588659856, -0.00023410116338902362,
-    8.42583184408898e-05, -2.0022154752706074e-05)
+    1.0, -0.5, 0.041666666666666664, -0.0013888888888887395, 2.4801587298763433e-05,
+    -2.7557317270560326e-07, 2.0876146024689747e-09, -1.1382614868556325e-11)
+# e**r, |r| <= ln(2) / 2 (vexp; _exp_parts keeps EXP_P for its callers' 1 + r split)
+EXPF_P = (
+    1.0, 1.0, 0.5, 0.16666666666666666, 0.04166666666665136, 0.008333333333332155,
+    0.0013888888905881542, 0.0001984126985433861, 2.4801536388690766e-05,
+    2.755728006701698e-06, 2.761380686153829e-07, 2.5095554677111112e-08)
+# (e**r - 1 - r) / r^2, 0 <= r <= ln 2 (vtanh)
+TANH_EM_P = (
+    0.5, 0.16666666666666666, 0.041666666666669364, 0.00833333333320017,
+    0.0013888888913810803, 0.00019841267493599075, 2.480171366032333e-05,
+    2.755319807713756e-06, 2.764002020319741e-07, 2.4059305880048738e-08,
+    2.7317935686115336e-09)
 TAN_P = (
     0.3333333333333333, 0.1333333333333336, 0.05396825396821537, 0.021869488538244202,
     0.00886323547067296, 0.0035921290493352268, 0.0014558230557834536,
@@ -203,10 +210,16 @@ def _exp_mul(x, f, c):
 
 @_vm
 def vexp(x):
-    """e**x (<= 1 ulp; exact overflow to inf, gradual underflow, NaN kept)."""
+    """e**x (<= 1.1 ulp; exact overflow to inf, gradual underflow, NaN kept)."""
     x = float(x)
-    p, lo, k = _exp_parts(x)
-    return x if x != x else _scale(p + lo, k)
+    # a NaN passes the clamps: its k is an integer of no use (no overflow: bits of a NaN
+    # minus _MAGIC_BITS) times a NaN polynomial, so the result is NaN
+    xc = -746.0 if x < -746.0 else x
+    xc = 710.0 if xc > 710.0 else xc
+    t = xc * _LOG2E + _MAGIC
+    kf = t - _MAGIC
+    r = fma(-kf, _LN2_LO, fma(-kf, _LN2_HI, xc))
+    return _scale(_poly(r, EXPF_P), _bits(t) - _MAGIC_BITS)
 
 
 @_vm
@@ -294,6 +307,16 @@ def _reduce(x):
 
 
 @_helper
+def _reduce_fast(x):
+    """(r, rl, q): x = q pi/2 + r + rl, |r| <= pi/4, r rounded once (half an ulp): the
+    first step is exact, ``rl`` the third part of pi/2 (matters where r is tiny)."""
+    t = x * _TWO_OVER_PI + _MAGIC
+    kf = t - _MAGIC
+    r = fma(-kf, _PIO2_2, fma(-kf, _PIO2_1, x))
+    return r, -kf * _PIO2_3, _bits(t)
+
+
+@_helper
 def _sin_poly(r):
     z = r * r
     return fma(r * z, _poly(z, SIN_P), r)
@@ -301,29 +324,26 @@ def _sin_poly(r):
 
 @_helper
 def _cos_poly(r):
-    z = r * r
-    hz = 0.5 * z
-    w = 1.0 - hz
-    return w + (((1.0 - w) - hz) + z * z * _poly(z, COS_P))
+    return _poly(r * r, COS_P)
 
 
 @_vm
 def vsin(x):
-    """sin(x) (<= 1.5 ulp for |x| <= TRIG_MAX)."""
+    """sin(x) (<= 1.6 ulp for |x| <= TRIG_MAX)."""
     x = float(x)
-    r, rl, q = _reduce(x)
+    r, rl, q = _reduce_fast(x)
     s = _sin_poly(r)
     c = _cos_poly(r)
     res = fma(-rl, s, c) if q & 1 else fma(rl, c, s)
     res = -res if q & 2 else res
-    return x if abs(x) < 3.725290298461914e-09 else res  # 2**-28: ±0, subnormals
+    return x if x == 0.0 else res  # sin(-0.0) = -0.0 (r + r^3 p(r^2) gives +0.0)
 
 
 @_vm
 def vcos(x):
-    """cos(x) (<= 1.5 ulp for |x| <= TRIG_MAX)."""
+    """cos(x) (<= 1.6 ulp for |x| <= TRIG_MAX)."""
     x = float(x)
-    r, rl, q = _reduce(x)
+    r, rl, q = _reduce_fast(x)
     q += 1  # cos x = sin(x + pi/2)
     s = _sin_poly(r)
     c = _cos_poly(r)
@@ -335,7 +355,7 @@ def vcos(x):
 def vtan(x):
     """tan(x) (<= 1.5 ulp for |x| <= TRIG_MAX)."""
     x = float(x)
-    r, rl, q = _reduce(x)
+    r, rl, q = _reduce(x)  # tan needs r to ~2**-100
     z = r * r
     a = r * z * _poly(z, TAN_P)
     t = r + a  # tan r = t + tl, to ~2**-60 (|a| < |r|: the error of r + a is exact)
@@ -352,24 +372,22 @@ def vtanh(x):
     """tanh(x) = m / (m + 2), m = expm1(2|x|) (<= 1.5 ulp)."""
     x = float(x)
     ax = abs(x)
-    # m = expm1(t), t = 2|x| in [0, 40]: vexpm1 without its range handling (smaller:
-    # LLVM inlines vtanh only under a size budget)
-    t = 2.0 * (ax if ax < 20.0 else 20.0)  # tanh(20) rounds to 1; NaN stays
-    tk = t * _LOG2E + _MAGIC
-    tk = tk if t > 0.7 else _MAGIC
+    # m = expm1(t), t = 2|x| in [0, 40] = k ln 2 + r, 0 <= r <= ln 2 (k = rint(t / ln 2 -
+    # 1/2)): m = 2**k (1 + expm1(r)) - 1 never cancels
+    t = 2.0 * (20.0 if ax > 20.0 else ax)  # tanh(20) rounds to 1; a NaN stays (as vexp)
+    tk = fma(t, _LOG2E, -0.5) + _MAGIC
     kf = tk - _MAGIC
     r = fma(-kf, _LN2_LO, fma(-kf, _LN2_HI, t))
-    em = r + r * r * fma(r, _poly(r, EXPM1_P), 0.5)
-    s = _float((_bits(tk) - _MAGIC_BITS + 1023) << 52)  # 2**k, k <= 58
+    em = fma(r * r, _poly(r, TANH_EM_P), r)
+    s = _float((_bits(tk) - _MAGIC_BITS + 1023) << 52)  # 2**k, k <= 57
     m = fma(s, em, s - 1.0)
     den = m + 2.0
-    bv = den - m
-    derr = (m - (den - bv)) + (2.0 - bv)  # m + 2 = den + derr exactly
+    big = m if m > 2.0 else 2.0
+    derr = (2.0 if m > 2.0 else m) - (den - big)  # m + 2 = den + derr exactly
     inv = 1.0 / den  # one division (two made LLVM refuse to inline vtanh)
     q = m * inv
     q = fma(fma(-q, den, m) - q * derr, inv, q)  # the quotient refined by its residual
-    res = math.copysign(q, x)
-    return x if x != x else res
+    return math.copysign(q, x)
 
 
 @_vm

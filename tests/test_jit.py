@@ -664,7 +664,7 @@ def test_corrupt_interpreter_module_is_regenerated(tmp_path):
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "1"
-    assert "def run(ins, start, stop, buf, fp, ia)" in path.read_text()
+    assert "def run(ins, start, stop, buf, fp, ia, ext)" in path.read_text()
 
 
 def test_backward_inside_a_jitted_function(rng):

@@ -68,7 +68,7 @@ class ScalarOp:
     #: generic loop's sub-opcode) or "cold" (left out: large and slow to compile; the op
     #: runs as an eager step)
     tape: str = "generic"
-    #: ``a op b == b op a`` (tier 1 swaps a scalar first operand into second place)
+    #: ``a op b == b op a`` (declared; no executor needs it at present)
     commutative: bool = False
     #: the CPU expression where it is not ``vector_expr(expr)``
     cpu_override: str | None = None
@@ -90,11 +90,11 @@ def _u(name, expr, params=(), kind="float", tape="generic", commutative=False, c
 
 
 UNARY: dict[str, ScalarOp] = {op.name: op for op in [
-    _u("neg", "-x", kind="same", ufunc="negative"),
-    _u("abs", "abs(x)", kind="same"),
+    _u("neg", "-x", kind="same", tape="hot", ufunc="negative"),
+    _u("abs", "abs(x)", kind="same", tape="hot"),
     _u("sign", "sign(x)", kind="same"),
     _u("square", "x * x", kind="same"),
-    _u("exp", "math.exp(x)"),
+    _u("exp", "math.exp(x)", tape="hot"),
     _u("expm1", "math.expm1(x)"),
     _u("log", "math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)", cpu="vlog(x)"),
     _u("log1p", "math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)",
@@ -104,8 +104,8 @@ UNARY: dict[str, ScalarOp] = {op.name: op for op in [
     _u("sqrt", "math.sqrt(x) if x >= 0 else math.nan"),
     _u("rsqrt", "1.0 / math.sqrt(x) if x > 0 else (math.inf if x == 0 else math.nan)"),
     _u("reciprocal", "1.0 / x if x != 0 else math.copysign(math.inf, x)"),
-    _u("sin", "math.sin(x)"),
-    _u("cos", "math.cos(x)"),
+    _u("sin", "math.sin(x)", tape="hot"),
+    _u("cos", "math.cos(x)", tape="hot"),
     _u("tan", "math.tan(x)"),
     _u("asin", "math.asin(x) if -1 <= x <= 1 else math.nan"),
     _u("acos", "math.acos(x) if -1 <= x <= 1 else math.nan"),

@@ -6,7 +6,11 @@ as a float). Each instruction is a row of :data:`WIDTH` int64 fields (see the ``
 constants): an opcode, operand offsets into the pool, per-iteration strides for those
 offsets (an operand's address is ``offset + it * stride`` with ``it`` the counter of
 the innermost enclosing LOOP), sizes and modes. Float parameters live in ``fp`` and
-integer tables (shapes, strides, positions) in ``ia``.
+integer tables (shapes, strides, positions) in ``ia``. Large inputs and outputs live
+outside the pool, in *slots*: an offset of at least :data:`SLOT` is in slot
+``offset >> SLOT_SHIFT``, whose address and length are a row of the ``ext`` table filled
+per call (the caller's input, read in place; a fresh output array, handed to the
+caller), so they are neither copied in nor out (:func:`.storage.place_outside`).
 
 Instructions operate on sliced views of the pool (``buf[o:o + n]``), never on
 ``buf[o + j]`` index arithmetic, which blocks vectorisation (DESIGN-NOTES point 4).
@@ -36,7 +40,16 @@ import threading
 
 from ... import codegen
 from ...kernels import elementwise as _ew
-from ...kernels.elementwise import BINARY, CASTS, TERNARY, UNARY, ScalarOp, scalar_cpu
+from ...kernels.elementwise import (
+    BINARY,
+    CASTS,
+    TERNARY,
+    UNARY,
+    ScalarOp,
+    libm_expr,
+    range_limited,
+    scalar_cpu,
+)
 
 WIDTH = 16
 (F_OP, F_O, F_A, F_B, F_C, F_SO, F_SA, F_SB, F_SC, F_N, F_M, F_K, F_P, F_F, F_G,
@@ -45,9 +58,17 @@ WIDTH = 16
 # Which scalar operations get which loop is declared with each ScalarOp (its ``tape``):
 #: unary operations with a dedicated loop (the rest use the generic one)
 HOT_UNARY = tuple(name for name, op in UNARY.items() if op.tape == "hot")
-#: binary operations with dedicated loops for two operand modes: both vectors, or a
-#: vector and a scalar second operand (the lowering swaps commutative operands; other
-#: patterns use the generic loop)
+#: hot unary operations whose vectorised math is exact only up to ``TRIG_MAX``: their
+#: loop runs a second pass over the input (libm beyond it, as the eager kernels do)
+HOT_FIXUP = frozenset(name for name in HOT_UNARY if range_limited(UNARY[name].cpu))
+#: hot unary operations whose output never shares the input's storage: those calling
+#: vectorised math (LLVM runs the vector loop only where output and input do not
+#: overlap: in place, ``exp`` at 4e6 took 2.5x as long) and those with a fix-up pass
+#: (it reads the input again)
+HOT_APART = HOT_FIXUP | frozenset(
+    name for name in HOT_UNARY if libm_expr(UNARY[name].cpu) != UNARY[name].cpu)
+#: binary operations with dedicated loops for three operand modes: both vectors, a
+#: vector and a scalar second operand, a scalar and a vector second operand
 HOT_BINARY = tuple(name for name, op in BINARY.items() if op.tape == "hot")
 #: the generic loops' operations: the table's (but the ``cold`` ones, whose code is
 #: large and slow to compile: they run as eager steps between native segments), and for
@@ -97,9 +118,12 @@ OP_NAMES.update({code: name.upper() for name, code in UNARY_CODE.items()})
 OP_NAMES.update({code: name.upper() for name, code in BINARY_CODE.items()})
 
 MAX_DEPTH = 32  # loop nesting
+#: operand offsets at or above SLOT address slot ``offset >> SLOT_SHIFT`` (not the pool)
+SLOT_SHIFT = 40
+SLOT = 1 << SLOT_SHIFT
 
 #: the eager kernels' prelude: the same imports and Numba options
-_HEADER = _ew._PRELUDE
+_HEADER = _ew._PRELUDE + "from nbgrad.jit.tier1.pointers import view_at\n"
 
 
 def _scalar_fn(name: str, params: str, cases: list[tuple[int, str, str]], default: str) -> str:
@@ -116,7 +140,7 @@ def _scalar_fn(name: str, params: str, cases: list[tuple[int, str, str]], defaul
 _RUN_HEAD = '''
 
 @njit(**OPTS)
-def run(ins, start, stop, buf, fp, ia):
+def run(ins, start, stop, buf, fp, ia, ext):
     """Execute instructions [start, stop) of a tape (see nbgrad.jit.tier1.interpreter)."""
     loop_pc = np.zeros({depth}, np.int64)
     loop_it = np.zeros({depth}, np.int64)
@@ -160,100 +184,130 @@ def run(ins, start, stop, buf, fp, ia):
         g = ins[pc, 14]
         h = ins[pc, 15]
         pc += 1
+        O = buf
+        A = buf
+        B = buf
+        C = buf
+        if oo >= {SLOT}:
+            O = view_at(ext, oo >> {SHIFT}, buf)
+            oo = oo & {MASK}
+        if oa >= {SLOT}:
+            A = view_at(ext, oa >> {SHIFT}, buf)
+            oa = oa & {MASK}
+        if ob >= {SLOT}:
+            B = view_at(ext, ob >> {SHIFT}, buf)
+            ob = ob & {MASK}
+        if oc >= {SLOT}:
+            C = view_at(ext, oc >> {SHIFT}, buf)
+            oc = oc & {MASK}
 '''
 
 _UNARY_HOT = '''        elif op == {code}:  # {name}
-            out = buf[oo:oo + n]
-            xs = buf[oa:oa + n]
+            out = O[oo:oo + n]
+            xs = A[oa:oa + n]
             p0 = fp[pp]
             p1 = fp[pp + 1]
             for i in range(n):
                 x = xs[i]
                 out[i] = {expr}
+{fixup}'''
+
+#: the second pass of a :data:`HOT_FIXUP` loop
+_FIXUP = '''            for i in range(n):
+                x = xs[i]
+                if abs(x) > TRIG_MAX:
+                    out[i] = {expr}
 '''
 
 _BINARY_HOT = '''        elif op == {code}:  # {name}
             for r in range(m):
-                out = buf[oo + r * n:oo + r * n + n]
-                av = buf[oa + r * g:oa + r * g + n]
+                out = O[oo + r * n:oo + r * n + n]
                 if f == 0:
-                    bv = buf[ob + r * h:ob + r * h + n]
+                    av = A[oa + r * g:oa + r * g + n]
+                    bv = B[ob + r * h:ob + r * h + n]
                     for i in range(n):
                         a = av[i]
                         b = bv[i]
                         out[i] = {expr}
-                else:
-                    b = buf[ob + r * h]
+                elif f == 1:
+                    av = A[oa + r * g:oa + r * g + n]
+                    b = B[ob + r * h]
                     for i in range(n):
                         a = av[i]
+                        out[i] = {expr}
+                else:
+                    a = A[oa + r * g]
+                    bv = B[ob + r * h:ob + r * h + n]
+                    for i in range(n):
+                        b = bv[i]
                         out[i] = {expr}
 '''
 
 _RUN_BODY = '''        elif op == {UGEN}:
-            out = buf[oo:oo + n]
-            xs = buf[oa:oa + n]
+            out = O[oo:oo + n]
+            xs = A[oa:oa + n]
             p0 = fp[pp]
             p1 = fp[pp + 1]
             for i in range(n):
                 out[i] = uscalar(k, xs[i], p0, p1)
         elif op == {BGEN}:
             for r in range(m):
-                out = buf[oo + r * n:oo + r * n + n]
+                out = O[oo + r * n:oo + r * n + n]
                 if f == 0:
-                    av = buf[oa + r * g:oa + r * g + n]
-                    bv = buf[ob + r * h:ob + r * h + n]
+                    av = A[oa + r * g:oa + r * g + n]
+                    bv = B[ob + r * h:ob + r * h + n]
                     for i in range(n):
                         out[i] = bscalar(k, av[i], bv[i])
                 elif f == 1:
-                    av = buf[oa + r * g:oa + r * g + n]
-                    b = buf[ob + r * h]
+                    av = A[oa + r * g:oa + r * g + n]
+                    b = B[ob + r * h]
                     for i in range(n):
                         out[i] = bscalar(k, av[i], b)
                 else:
-                    a = buf[oa + r * g]
-                    bv = buf[ob + r * h:ob + r * h + n]
+                    a = A[oa + r * g]
+                    bv = B[ob + r * h:ob + r * h + n]
                     for i in range(n):
                         out[i] = bscalar(k, a, bv[i])
         elif op == {TGEN}:
-            out = buf[oo:oo + n]
+            out = O[oo:oo + n]
             sa_ = 0 if f & 1 else 1
             sb_ = 0 if f & 2 else 1
             sc_ = 0 if f & 4 else 1
             for i in range(n):
-                out[i] = tscalar(k, buf[oc + i * sc_], buf[oa + i * sa_], buf[ob + i * sb_])
+                out[i] = tscalar(k, C[oc + i * sc_], A[oa + i * sa_], B[ob + i * sb_])
         elif op == {FILL}:
-            out = buf[oo:oo + n]
+            out = O[oo:oo + n]
             v = fp[pp]
             for i in range(n):
                 out[i] = v
         elif op == {COPY}:
-            out = buf[oo:oo + n]
-            xs = buf[oa:oa + n]
+            out = O[oo:oo + n]
+            xs = A[oa:oa + n]
             for i in range(n):
                 out[i] = xs[i]
         elif op == {SETITER}:
-            buf[oo] = n + m * it
+            O[oo] = n + m * it
         elif op == {SUM}:
             # (A, R, B) = (n, m, k); f == 1: mean (divide by R)
             if k == 1:
                 for a_ in range(n):
-                    row = buf[oa + a_ * m:oa + (a_ + 1) * m]
+                    row = A[oa + a_ * m:oa + (a_ + 1) * m]
                     s = 0.0
                     for r in range(m):
                         s += row[r]
-                    buf[oo + a_] = s
+                    O[oo + a_] = s
                     if f == 1:
-                        buf[oo + a_] = buf[oo + a_] / m
+                        O[oo + a_] = O[oo + a_] / m
             else:
                 acc = np.zeros(k, np.float64)
                 for a_ in range(n):
                     for j in range(k):
                         acc[j] = 0.0
                     for r in range(m):
-                        row = buf[oa + (a_ * m + r) * k:oa + (a_ * m + r + 1) * k]
+                        row = A[oa + (a_ * m + r) * k:oa + (a_ * m + r + 1) * k]
                         for j in range(k):
                             acc[j] += row[j]
-                    o = buf[oo + a_ * k:oo + (a_ + 1) * k]
+                    o = O[oo + a_ * k:oo + (a_ + 1) * k]
                     for j in range(k):
                         o[j] = acc[j]
                     if f == 1:
@@ -275,27 +329,27 @@ _RUN_BODY = '''        elif op == {UGEN}:
                 b0 = ob + q * sb_
                 c0 = oo + q * n * m
                 if f == 1:
-                    np.dot(buf[a0:a0 + n * k].reshape((n, k)),
-                           buf[b0:b0 + k * m].reshape((k, m)),
-                           buf[c0:c0 + n * m].reshape((n, m)))
+                    np.dot(A[a0:a0 + n * k].reshape((n, k)),
+                           B[b0:b0 + k * m].reshape((k, m)),
+                           O[c0:c0 + n * m].reshape((n, m)))
                 elif m == 1 and at == 1 and bt == 1:
                     # matrix-vector, rows of A contiguous
-                    xv = buf[b0:b0 + k]
-                    cv = buf[c0:c0 + n]
+                    xv = B[b0:b0 + k]
+                    cv = O[c0:c0 + n]
                     for i in range(n):
-                        row = buf[a0 + i * ai:a0 + i * ai + k]
+                        row = A[a0 + i * ai:a0 + i * ai + k]
                         s = 0.0
                         for t in range(k):
                             s += row[t] * xv[t]
                         cv[i] = s
                 elif m == 1 and ai == 1 and bt == 1:
                     # transposed matrix-vector: A stored (k, n)
-                    cv = buf[c0:c0 + n]
+                    cv = O[c0:c0 + n]
                     for i in range(n):
                         cv[i] = 0.0
                     for t in range(k):
-                        row = buf[a0 + t * at:a0 + t * at + n]
-                        xt = buf[b0 + t]
+                        row = A[a0 + t * at:a0 + t * at + n]
+                        xt = B[b0 + t]
                         for i in range(n):
                             cv[i] += row[i] * xt
         elif op == {STRIDED}:
@@ -313,35 +367,35 @@ _RUN_BODY = '''        elif op == {UGEN}:
                 for i1 in range(s1):
                     for i2 in range(s2):
                         src = oa + i0 * t0 + i1 * t1 + i2 * t2
-                        out = buf[q:q + s3]
+                        out = O[q:q + s3]
                         if t3 == 1:
-                            xs = buf[src:src + s3]
+                            xs = A[src:src + s3]
                             for j in range(s3):
                                 out[j] = xs[j]
                         else:
                             for j in range(s3):
-                                out[j] = buf[src + j * t3]
+                                out[j] = A[src + j * t3]
                         q += s3
         elif op == {GATHER}:
-            out = buf[oo:oo + n]
+            out = O[oo:oo + n]
             pos = ia[pp:pp + n]
             for i in range(n):
-                out[i] = buf[oa + pos[i]]
+                out[i] = A[oa + pos[i]]
         elif op == {SCATTER_ADD}:
             # f & 1: zero m elements of out first; then out[pos[i]] += a[i], or
             # out[pos[i]] = a[i] when f & 2
             if f & 1:
-                out = buf[oo:oo + m]
+                out = O[oo:oo + m]
                 for i in range(m):
                     out[i] = 0.0
             pos = ia[pp:pp + n]
-            src = buf[oa:oa + n]
+            src = A[oa:oa + n]
             if f & 2:
                 for i in range(n):
-                    buf[oo + pos[i]] = src[i]
+                    O[oo + pos[i]] = src[i]
             else:
                 for i in range(n):
-                    buf[oo + pos[i]] += src[i]
+                    O[oo + pos[i]] += src[i]
         else:
             raise ValueError("nbgrad.jit: bad opcode in tape")
 '''
@@ -360,11 +414,16 @@ def source() -> str:
     consts = dict(LOOP=OP_LOOP, ENDLOOP=OP_ENDLOOP, SETITER=OP_SETITER, FILL=OP_FILL,
                   COPY=OP_COPY, UGEN=OP_UGEN, BGEN=OP_BGEN, TGEN=OP_TGEN, SUM=OP_SUM,
                   MATMUL=OP_MATMUL, STRIDED=OP_STRIDED, GATHER=OP_GATHER,
-                  SCATTER_ADD=OP_SCATTER_ADD, depth=MAX_DEPTH)
+                  SCATTER_ADD=OP_SCATTER_ADD, depth=MAX_DEPTH, SLOT=SLOT,
+                  SHIFT=SLOT_SHIFT, MASK=SLOT - 1)
     parts.append(_RUN_HEAD.format(**consts))
     first = True
     for name in HOT_UNARY:
-        text = _UNARY_HOT.format(code=UNARY_CODE[name], name=name, expr=scalar_cpu(UNARY[name]))
+        op = UNARY[name]
+        text = _UNARY_HOT.format(code=UNARY_CODE[name], name=name,
+                                 expr=op.cpu if name in HOT_FIXUP else scalar_cpu(op),
+                                 fixup=_FIXUP.format(expr=op.expr) if name in HOT_FIXUP
+                                 else "")
         if first:
             text = text.replace("        elif", "        if", 1)
             first = False
@@ -391,7 +450,7 @@ def module():
 
 
 def run_function():
-    """The ``run(ins, start, stop, buf, fp, ia)`` dispatcher."""
+    """The ``run(ins, start, stop, buf, fp, ia, ext)`` dispatcher."""
     return module().run
 
 

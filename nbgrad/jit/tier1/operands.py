@@ -17,13 +17,16 @@ class Unsupported(Exception):
 
 
 class Storage:
-    """A block of the pool; ``offset`` is assigned after emission."""
+    """A block of the pool; ``offset`` is assigned after emission. A storage with a
+    ``slot`` (> 0) is no block of the pool but an array of its own (a large input or
+    output, see :func:`nbgrad.jit.tier1.storage.place_outside`), at offset 0."""
 
-    __slots__ = ("size", "offset", "lo", "hi", "fixed", "name")
+    __slots__ = ("size", "offset", "lo", "hi", "fixed", "name", "slot")
 
     def __init__(self, size: int, fixed: bool = False, name: str = "") -> None:
         self.size = max(int(size), 1)
         self.offset = -1
+        self.slot = 0
         self.lo = None
         self.hi = None
         self.fixed = fixed

@@ -102,7 +102,7 @@ def _unary(lw: Lowering, node: Node, spec: ew.ScalarOp, x: Var, kind: Elementwis
     else:
         ins = Instr(I.OP_UGEN, o=o, a=a, n=y.size, k=I.UNARY_SUB[spec.name], fp=(p0, p1),
                     text=node.op)
-    ins.inplace = True
+    ins.inplace = spec.name not in I.HOT_APART
     lw.emit(ins)
 
 
@@ -166,13 +166,6 @@ def _binary(lw: Lowering, node: Node, spec: ew.ScalarOp, a: Var, b: Var) -> None
     if n == 1 and m == 1:
         mode = 0
     code = I.BINARY_CODE.get(spec.name, I.OP_BGEN)
-    if mode == 2 and code != I.OP_BGEN:
-        if spec.commutative:  # scalar first: swap the operands
-            locs = [locs[1], locs[0]]
-            outer = [outer[1], outer[0]]
-            mode = 1
-        else:
-            code = I.OP_BGEN
     o = lw.out(y)
     ins = Instr(code, o=o, a=locs[0], b=locs[1], n=n, m=m, f=mode, g=outer[0], h=outer[1],
                 k=I.BINARY_SUB[spec.name], text=node.op)

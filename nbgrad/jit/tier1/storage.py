@@ -1,5 +1,6 @@
-"""Tier-1 storage assignment: live intervals of the pool storages become offsets
-(freed blocks are reused), and the pool's dtype is chosen from the graph."""
+"""Tier-1 storage assignment: large inputs and outputs get arrays of their own
+(slots), live intervals of the pool storages become offsets (freed blocks are
+reused), and the pool's dtype is chosen from the graph."""
 
 from __future__ import annotations
 
@@ -58,8 +59,8 @@ def _assign(code: list, storages: list[Storage], n_inputs_first: list[Storage],
             st.offset = top
             top += st.size
     free: list[list[int]] = []  # [offset, size], sorted by offset
-    events = sorted((st for st in storages if not st.fixed and st.lo is not None),
-                    key=lambda s: (s.lo, s.hi))
+    events = sorted((st for st in storages if not st.fixed and not st.slot
+                     and st.lo is not None), key=lambda s: (s.lo, s.hi))
     active: list[Storage] = []
     heap: list[tuple[float, int, Storage]] = []
     counter = 0
@@ -76,9 +77,54 @@ def _assign(code: list, storages: list[Storage], n_inputs_first: list[Storage],
         heapq.heappush(heap, (st.hi, counter, st))
         active.append(st)
     for st in storages:
-        if st.offset < 0:  # never touched
+        if st.offset < 0 or st.slot:  # never touched, or an array of its own
             st.offset = 0
     return max(top, 1)
+
+
+#: inputs and outputs of at least this many elements live outside the pool (smaller
+#: ones are copied in and out: a copy of a few thousand elements costs less than
+#: taking an array's address)
+OUTSIDE_MIN = 8192
+
+
+def place_outside(code: list, graph: Graph, in_locs: list, out_locs: list,
+                  dtype: np.dtype, minimum: int | None = None) -> tuple[list[int], list[int]]:
+    """Gives the storages of large inputs and outputs a slot (numbered from 1) instead
+    of a block of the pool; returns the slot of each input and output (0: none).
+
+    An input's slot is the caller's array, read in place: only for an input of the
+    pool's dtype that no instruction or eager step writes. An output's slot is a fresh
+    array per call, handed to the caller without a copy: only for an output of the
+    pool's dtype that fills a storage of its own (no input's, constant's or other
+    output's storage; the tape may compute other values in it before). Every other
+    input and output is copied into or out of the pool."""
+    minimum = max(OUTSIDE_MIN if minimum is None else minimum, 1)
+    written: set[int] = set()
+    for item in code:
+        for loc in (item.outs if isinstance(item, EagerStep) else item.writes):
+            if isinstance(loc, Loc):
+                written.add(id(loc.st))
+    inputs = {id(loc.st) for loc in in_locs if isinstance(loc, Loc)}
+    count = 0
+    in_slots = []
+    for v, loc in zip(graph.inputs, in_locs, strict=True):
+        slot = 0
+        if isinstance(loc, Loc) and v.dtype == dtype and v.size >= minimum and \
+                id(loc.st) not in written and not loc.st.slot and loc.off == 0:
+            count += 1
+            slot = loc.st.slot = count
+        in_slots.append(slot)
+    out_slots = []
+    for v, loc in zip(graph.outputs, out_locs, strict=True):
+        slot = 0
+        if isinstance(loc, Loc) and v.dtype == dtype and v.size >= minimum and \
+                id(loc.st) not in inputs and not loc.st.slot and not loc.st.fixed and \
+                loc.off == 0 and loc.stride == 0 and loc.st.size == v.size:
+            count += 1
+            slot = loc.st.slot = count
+        out_slots.append(slot)
+    return in_slots, out_slots
 
 
 def _take(free: list[list[int]], size: int) -> int | None:

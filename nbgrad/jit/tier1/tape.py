@@ -17,7 +17,7 @@ from ..trace.loops import execute_loop_eager
 from ..trace.pythonop import RunPlan, run_node, run_plan
 from . import interpreter as I
 from .operands import EagerStep, Instr, Loc
-from .storage import _assign
+from .storage import _assign, place_outside
 
 if TYPE_CHECKING:
     from .lowering import Lowering
@@ -34,6 +34,16 @@ class TapeExecutable(Executable):
         self.lw = lw
         inputs_st = [loc.st for loc in in_locs if isinstance(loc, Loc)]
         outputs_st = [loc.st for loc in out_locs if isinstance(loc, Loc)]
+        #: per input and output: its slot (an array outside the pool), or 0
+        self.in_slots, self.out_slots = place_outside(lw.code, graph, in_locs, out_locs,
+                                                      self.dtype)
+        slots = sum(1 for s in self.in_slots + self.out_slots if s)
+        #: the ``ext`` table of the interpreter: per slot (address, length)
+        self.ext = np.zeros((slots + 1, 2), np.int64)
+        for loc, slot in zip(in_locs + out_locs, self.in_slots + self.out_slots,
+                             strict=True):
+            if slot:
+                self.ext[slot, 1] = loc.st.size
         self.size = _assign(lw.code, lw.storages, inputs_st, outputs_st)
         self._encode(lw.code)
         self.in_locs = in_locs
@@ -70,7 +80,7 @@ class TapeExecutable(Executable):
             for field, sfield, loc in ((I.F_O, I.F_SO, item.o), (I.F_A, I.F_SA, item.a),
                                        (I.F_B, I.F_SB, item.b), (I.F_C, I.F_SC, item.c)):
                 if loc is not None:
-                    row[field] = loc.st.offset + loc.off
+                    row[field] = (loc.st.slot << I.SLOT_SHIFT) + loc.st.offset + loc.off
                     row[sfield] = loc.stride
             row[I.F_N], row[I.F_M], row[I.F_K] = item.n, item.m, item.k
             row[I.F_F], row[I.F_G], row[I.F_H] = item.f, item.g, item.h
@@ -113,7 +123,8 @@ class TapeExecutable(Executable):
         """Whether the interpreter runs this tape without compiling first (see
         :func:`nbgrad.jit.tier1.interpreter.ready`)."""
         if not self._ready:
-            self._ready = I.ready((self.ins, 0, 0, self.template, self.fp, self.ia))
+            self._ready = I.ready((self.ins, 0, 0, self.template, self.fp, self.ia,
+                                   self.ext))
         return self._ready
 
     def _run(self, buf: np.ndarray, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -125,29 +136,51 @@ class TapeExecutable(Executable):
             I.FALLBACK_SPENT[0] += time.perf_counter() - start
             return outs
         side: dict[int, np.ndarray] = dict(self.side_consts)
-        for loc, arr in zip(self.in_locs, arrays, strict=True):
-            if isinstance(loc, Loc):
+        ext = self.ext.copy() if len(self.ext) > 1 else self.ext
+        # per slot the array it stands for (kept alive while the tape runs)
+        views: list[np.ndarray] = [buf] * len(ext)
+        for loc, arr, slot in zip(self.in_locs, arrays, self.in_slots, strict=True):
+            if slot:  # read in place (a contiguous copy of another layout or dtype)
+                a = np.asarray(arr)
+                if a.size != loc.st.size:
+                    raise ValueError(f"nbgrad.jit: tier-1 input of {a.size} elements where "
+                                     f"the tape expects {loc.st.size}")
+                if a.dtype != self.dtype or not (a.flags.c_contiguous and a.flags.aligned):
+                    a = np.ascontiguousarray(a, dtype=self.dtype)
+                views[slot] = a.reshape(-1)
+                ext[slot, 0] = a.ctypes.data
+            elif isinstance(loc, Loc):
                 o = loc.st.offset
                 buf[o:o + arr.size] = np.asarray(arr).reshape(-1)
             else:
                 side[id(loc[1])] = np.asarray(arr)
+        for slot in self.out_slots:
+            if slot:  # a fresh array per call: handed out, never written again
+                views[slot] = np.empty(ext[slot, 1], self.dtype)
+                ext[slot, 0] = views[slot].ctypes.data
         run = I.run_function()
         for step in self.steps:
             if step[0] == "native":
-                run(self.ins, step[1], step[2], buf, self.fp, self.ia)
+                run(self.ins, step[1], step[2], buf, self.fp, self.ia, ext)
             else:
-                self._eager(step[1], buf, side, step[2])
+                self._eager(step[1], views, side, step[2])
         outs = []
-        for loc, v in zip(self.out_locs, self.graph.outputs, strict=True):
-            if isinstance(loc, Loc):
+        for loc, v, slot in zip(self.out_locs, self.graph.outputs, self.out_slots,
+                                strict=True):
+            if slot:
+                outs.append(views[slot].reshape(v.shape))
+            elif isinstance(loc, Loc):
                 o = loc.st.offset + loc.off
-                outs.append(buf[o:o + v.size].reshape(v.shape).astype(v.dtype))
+                outs.append(views[loc.st.slot][o:o + v.size].reshape(v.shape)
+                            .astype(v.dtype))
             else:
                 outs.append(np.array(side[id(v)], copy=True))
         return outs
 
-    def _eager(self, step: EagerStep, buf: np.ndarray, side: dict,
+    def _eager(self, step: EagerStep, views: list[np.ndarray], side: dict,
                plan: RunPlan | None) -> None:
+        """Runs one node's kernel on copies of its operands (``views``: the pool, then
+        the array of each slot)."""
         node = step.node
         vals = []
         for v, loc in zip(node.inputs, step.ins, strict=True):
@@ -155,8 +188,8 @@ class TapeExecutable(Executable):
                 vals.append(None)
             elif isinstance(loc, Loc):
                 o = loc.st.offset + loc.off
-                arr = buf[o:o + v.size].reshape(v.shape)
-                vals.append(arr.astype(v.dtype) if v.dtype != buf.dtype else arr.copy())
+                arr = views[loc.st.slot][o:o + v.size].reshape(v.shape)
+                vals.append(arr.astype(v.dtype) if v.dtype != arr.dtype else arr.copy())
             else:
                 vals.append(side[id(v)])
         if node.op == LOOP:
@@ -170,14 +203,15 @@ class TapeExecutable(Executable):
         for v, loc, arr in zip(node.outputs, step.outs, outs, strict=True):
             if isinstance(loc, Loc):
                 o = loc.st.offset + loc.off
-                buf[o:o + v.size] = np.asarray(arr).reshape(-1)
+                views[loc.st.slot][o:o + v.size] = np.asarray(arr).reshape(-1)
             else:
                 side[id(v)] = np.asarray(arr)
 
     # -------------------------------------------------------------- text
     def source(self) -> str:
         lines = [f"# tier-1 tape: {len(self.ins)} instructions, pool of {self.size} "
-                 f"{self.dtype.name}, {self.native_calls} native segment(s), "
+                 f"{self.dtype.name}, {len(self.ext) - 1} slot(s), "
+                 f"{self.native_calls} native segment(s), "
                  f"{sum(1 for s in self.steps if s[0] == 'eager')} eager step(s)"]
         depth = 0
         for step in self.steps:
@@ -205,7 +239,10 @@ class TapeExecutable(Executable):
                 for label, f, s in (("o", I.F_O, I.F_SO), ("a", I.F_A, I.F_SA),
                                     ("b", I.F_B, I.F_SB), ("c", I.F_C, I.F_SC)):
                     if row[f] or row[s] or label in ("o",):
-                        ops.append(f"{label}=@{row[f]}" + (f"+{row[s]}i" if row[s] else ""))
+                        at = int(row[f])  # a slot's operand: slot and offset
+                        where = f"s{at >> I.SLOT_SHIFT}:{at & (I.SLOT - 1)}" if at >= I.SLOT \
+                            else str(at)
+                        ops.append(f"{label}=@{where}" + (f"+{row[s]}i" if row[s] else ""))
                 sub = ""
                 if op == I.OP_UGEN:
                     sub = _name_of(I.UNARY_SUB, row[I.F_K])

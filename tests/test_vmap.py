@@ -71,6 +71,11 @@ CASES = {
     "matmul-dot": (lambda a, b: nb.dot(a, b), (r(4, 5), r(4, 5)), 0),
     "matmul-batched": (lambda a, b: a @ b, (r(4, 2, 3, 5), r(5, 2)), (0, None)),
     "matmul-broadcast": (lambda a, b: a @ b, (r(3, 5), r(4, 2, 5, 6)), (None, 0)),
+    "matmul-column-right": (lambda a, b: a @ b, (r(2, 3, 5), r(4, 5, 1)), (None, 0)),
+    "matmul-vector-right-3d": (lambda a, b: a @ b, (r(2, 3, 5), r(4, 5)), (None, 0)),
+    "matmul-batched-vector": (lambda a, b: a @ b, (r(4, 2, 3, 5), r(5)), (0, None)),
+    "linear-one-output-weights": (lambda x, w: nb.nn.functional.linear(x, w),
+                                  (r(2, 3), r(4, 1, 3)), (None, 0)),
     "linear": (lambda x, w, b: nb.nn.functional.linear(x, w, b),
                (r(4, 2, 3), r(5, 3), r(4, 5)), (0, None, 0)),
     "outer": (lambda a, b: nb.outer(a, b), (r(4, 3), r(2)), (0, None)),
@@ -266,6 +271,32 @@ def test_jit_of_vmap_is_one_graph_whatever_the_batch():
         assert j.traces == 1
         counts.add(len(next(iter(j._cache.values())).graph.nodes))
     assert len(counts) == 1  # no per-example replication: the graph is the same for any n
+
+
+def test_batched_matrix_vector_products_are_one_matrix_product():
+    """vmap folds the batch of a product with one batched operand into the rows of one
+    2-D product, so a Jacobian or Hessian through ``A @ x`` makes one GEMM, not a batch
+    of matrix-vector products (a 3-D matmul)."""
+    A = nb.tensor(r(6, 5))
+
+    def products(fn, x):
+        j = nb.jit(fn)
+        got = j(nb.tensor(x))
+        nodes = [n for n in next(iter(j._cache.values())).graph.nodes if n.op == "matmul"]
+        return got, nodes
+
+    V = r(4, 5)
+    got, nodes = products(nb.vmap(lambda v: A @ v), V)
+    np.testing.assert_allclose(got.numpy(), V @ A.numpy().T, atol=1e-12)
+    assert nodes and all(len(n.outputs[0].shape) <= 2 for n in nodes)
+    x = r(5)
+    f = lambda v: nb.logsumexp(A @ v, 0)  # noqa: E731
+    H, nodes = products(nb.hessian(f), x)
+    s = np.exp(A.numpy() @ x - np.log(np.exp(A.numpy() @ x).sum()))
+    want = A.numpy().T @ (np.diag(s) - np.outer(s, s)) @ A.numpy()
+    np.testing.assert_allclose(H.numpy(), want, atol=1e-12)
+    assert nodes and all(len(n.outputs[0].shape) <= 2 for n in nodes), \
+        [n.outputs[0].shape for n in nodes]
 
 
 def test_vmap_of_vmap():

@@ -117,6 +117,26 @@ def _as_matrix(call: Call, i: int, rank: int) -> tuple[Tensor, tuple[int, ...]]:
     return (t if t.ndim == len(shape) else reshape(t, shape)), shape
 
 
+def _folded_matmul(call: Call) -> Tensor | None:
+    """One 2-D product where only one operand is batched and the batch folds into its
+    rows: ``a`` batched against a matrix or vector ``b`` (``(B*...*M, K) @ b``), or a
+    batched vector (or one-column matrix) ``b`` against ``a`` (``b (B, K) @ a.T``).
+    Its output has the batched output's elements in order (:meth:`Call.finish`
+    reshapes it); None where neither applies. A Jacobian or Hessian through ``A @ x``
+    then runs one matrix product (BLAS in both tiers), not ``B`` matrix-vector ones."""
+    (a, b), (ba, bb) = call.values[:2], call.batched[:2]
+    a_shape, b_shape = tuple(call.in_shapes[0]), tuple(call.in_shapes[1])
+    if ba == bb or not a_shape or not b_shape or not a_shape[-1]:
+        return None
+    k = a_shape[-1]
+    if ba and len(b_shape) <= 2:
+        return matmul(reshape(a, (-1, k)), b)
+    if bb and (len(b_shape) == 1 or (len(b_shape) == 2 and b_shape[1] == 1)):
+        a2 = a if len(a_shape) == 1 else transpose(reshape(a, (-1, k)), 0, 1)
+        return matmul(reshape(b, (call.size, k)), a2)
+    return None
+
+
 def matmul_rule(call: Call) -> list[Tensor]:
     kind: Matmul = call.kind
     a_shape, b_shape = tuple(call.in_shapes[0]), tuple(call.in_shapes[1])
@@ -130,10 +150,12 @@ def matmul_rule(call: Call) -> list[Tensor]:
             values[1] = transpose(values[1], -1, -2)
             call = Call(call.node, call.op, values, call.batched, call.size)
             call.in_shapes[1] = b_shape[:-2] + (b_shape[-1], b_shape[-2])
-        rank = max(max(len(s), 2) for s in call.in_shapes[:2])
-        a, _ = _as_matrix(call, 0, rank)
-        b, _ = _as_matrix(call, 1, rank)
-        out = matmul(a, b)
+        out = _folded_matmul(call)
+        if out is None:
+            rank = max(max(len(s), 2) for s in call.in_shapes[:2])
+            a, _ = _as_matrix(call, 0, rank)
+            b, _ = _as_matrix(call, 1, rank)
+            out = matmul(a, b)
     if not (call.batched[0] or call.batched[1]):  # only the bias is batched
         out = broadcast_to(out, (call.size,) + tuple(out.shape))
     out = call.finish([out])[0]

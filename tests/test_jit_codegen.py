@@ -262,6 +262,24 @@ def test_matmul_by_a_transposed_matrix_calls_blas_from_a_smaller_size(rng):
     assert calls_blas(compiled.source()) and "for q in range(16):" in src
 
 
+def test_matrix_vector_products_call_blas_from_a_smaller_size(rng):
+    """``X @ w`` (HMC's logistic regression): a dot product per row is one serial chain
+    of additions in the generated loops (their order is kept), so a matrix-vector
+    product of more than ``SMALL_STRIDED`` multiply-adds goes through BLAS; a smaller
+    one stays a loop."""
+    from nbgrad.jit.tier2.ops import SMALL_STRIDED
+    X, w = rng.standard_normal((100, 40)), rng.standard_normal(40)
+    s, v = rng.standard_normal((8, 4)), rng.standard_normal(4)
+    assert 8 * 4 <= SMALL_STRIDED < 100 * 40
+
+    def f(X, w, s, v):
+        return nb.sum(nb.tanh(X @ w)) + nb.sum(nb.tanh(s @ v))
+
+    compiled, _ = compile_and_compare(trace(f, X, w, s, v, wrt=[0, 1, 2, 3]), [X, w, s, v])
+    src = body_of(compiled.source())
+    assert "np.dot(" in src and "for q in range(4):" in src
+
+
 def test_fori_loop_stays_a_native_loop_with_its_gradient(rng):
     W, b, x0 = rng.standard_normal((6, 6)) * 0.3, rng.standard_normal(6), rng.standard_normal(6)
 

@@ -95,3 +95,24 @@ def test_scratch_slots_follow_swaps():
     assert store.scratch_slots(allocs, [("a", "b")], {"b"}) == ["c"]
     # a swap with a name the pool does not own (an input) rules the group out
     assert store.scratch_slots(allocs, [("c", "v0")], set()) == ["a", "b"]
+
+
+def test_graphs_with_blas_products_have_scratch_too(small_scratch):
+    """A BLAS product (the ``gemm`` native) writes into a pool buffer; its graph keeps
+    scratch, and tier 2's results still survive later calls."""
+    rng = np.random.default_rng(2)
+    w = nb.tensor(rng.standard_normal((40, 40)))
+
+    def loss(x):
+        return (nb.tanh(x @ w) @ w).sum()
+
+    jitted = nb.jit(nb.value_and_grad(loss), mode="compile")
+    arrays = [rng.standard_normal((40, 40)) for _ in range(3)]
+    kept = [jitted(nb.tensor(a)) for a in arrays]
+    exes = next(iter(jitted._cache.values())).program.executables().values()
+    assert any(getattr(getattr(x, "inner", x), "scratch_specs", None) for x in exes)
+    assert "gemm" in jitted.source(nb.tensor(arrays[0]))
+    for (value, grad), a in zip(kept, arrays, strict=True):
+        want_value, want_grad = _eager(loss, a)
+        assert value.item() == pytest.approx(want_value, rel=1e-12)
+        np.testing.assert_allclose(grad.numpy(), want_grad, rtol=1e-12)

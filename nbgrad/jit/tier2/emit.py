@@ -171,9 +171,10 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
 
     def scratch_params(self, top: Scope) -> list[str]:
         """Large internal buffers become parameters the caller keeps between calls
-        (:func:`.store.scratch_slots`); none where Python code (objmode) or a native
-        function could keep or return a view of one."""
-        if self.fallbacks or self.natives:
+        (:func:`.store.scratch_slots`); none where Python code (objmode) could keep a
+        view of one. (A native function's results are not pool buffers: a result that
+        is one is copied when returned.)"""
+        if self.fallbacks:
             return []
         escaped: set[str] = set()
         for v in self.graph.outputs:

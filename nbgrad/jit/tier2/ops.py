@@ -187,7 +187,11 @@ class OpsEmitter:
             return
         acc = self.fresh_name(f"acc{self.num(out)}")
         strided_b = n > 1 and sb.kind == "array" and sb.layout != "C"
-        if k > 0 and (m * k * n > SMALL_MATMUL or (strided_b and m * k * n > SMALL_STRIDED)):
+        # a matrix-vector product: the loop's dot product per row is one serial chain of
+        # additions (the generated code keeps their order), BLAS's is not
+        row_dot = n == 1 and a.ndim == 2 and (sa.kind != "array" or sa.layout == "C")
+        if k > 0 and (m * k * n > SMALL_MATMUL or (strided_b and m * k * n > SMALL_STRIDED)
+                      or (row_dot and m * k > SMALL_STRIDED)):
             A = A if sa.layout in "CF" or sa.kind != "array" else f"np.ascontiguousarray({A})"
             B = B if sb.layout in "CF" or sb.kind != "array" else f"np.ascontiguousarray({B})"
             s = self.store_array(out, scope)

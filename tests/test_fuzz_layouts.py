@@ -9,9 +9,8 @@ import numpy as np
 
 import nbgrad as nb
 from nbgrad.tensor import Tensor
-from nbgrad.testing.fuzz import Leaf, Program, Step, check_program
+from nbgrad.testing.fuzz import Leaf, Program, Step, check_program, layouts
 from nbgrad.testing.fuzz import differential as diff_mod
-from nbgrad.testing.fuzz import layouts
 
 #: x0 (3, 4) and x1 (4,): matmul and a sum, cheap under mode="reference"
 PROGRAM = Program(nodes=(Leaf(shape=(3, 4), domain="real"), Leaf(shape=(4,), domain="real"),

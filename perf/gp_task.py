@@ -74,17 +74,26 @@ def nbgrad_rows(d2: np.ndarray, y: np.ndarray) -> dict[str, Callable]:
     return rows
 
 
+#: calls with unchanged tiers after which :func:`settle` takes a row as settled
+STABLE_CALLS = 8
+
+
 def settle(fn: Callable, seconds: float = 300.0) -> str:
     """Call an ``nbgrad.jit`` row for a second, then until no graph of it is being
-    promoted to tier 2 (a background compile would share the CPU with the timed calls);
-    its tiers."""
+    promoted to tier 2 (a background compile would share the CPU with the timed calls)
+    and its tiers have stayed the same for :data:`STABLE_CALLS` calls (tier 2 is
+    measured against tier 1 on its first calls, and may be given up); its tiers."""
     from nbgrad.jit.program import PROMOTING
     start = time.perf_counter()
+    last, same = None, 0
     while True:
         fn()
         tiers = {e.tier for e in fn.jitted._cache.values()}
+        same = same + 1 if tiers == last else 0
+        last = tiers
         elapsed = time.perf_counter() - start
-        if (elapsed > 1.0 and PROMOTING not in tiers) or elapsed > seconds:
+        if (elapsed > 1.0 and PROMOTING not in tiers and same >= STABLE_CALLS) \
+                or elapsed > seconds:
             return ", ".join(sorted(tiers)) + f" after {elapsed:.1f} s"
 
 

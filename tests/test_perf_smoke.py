@@ -282,3 +282,27 @@ def test_calibration_waits_for_a_promotion_still_compiling(monkeypatch):
     out = w.calibrate(warmup_time=0.0)
     assert waits == [0, worker.PROMOTION_WAIT_S]
     assert calls[-out["warmup_calls"]:] == [False] * out["warmup_calls"]
+
+
+def test_settle_waits_until_the_tiers_stop_changing(monkeypatch):
+    """``perf.gp_task.settle`` (used by the neural-ODE and GP scripts) keeps calling a row
+    until no promotion runs and its tiers have stayed the same for STABLE_CALLS calls:
+    tier 2 is measured against tier 1 on its first calls and may be given up."""
+    import types
+
+    from perf import gp_task
+
+    seq = ["promoting"] * 3 + ["compile"] * 2 + ["interpret (tier 2 measured slower)"] * 40
+    calls = []
+    entry = types.SimpleNamespace(tier=None)
+
+    def step():
+        entry.tier = seq[len(calls)]
+        calls.append(1)
+
+    step.jitted = types.SimpleNamespace(_cache={"k": entry})
+    clock = iter(range(1000))
+    monkeypatch.setattr(gp_task.time, "perf_counter", lambda: float(next(clock)) * 0.5)
+    out = gp_task.settle(step)
+    assert out.startswith("interpret (tier 2 measured slower)")
+    assert len(calls) == 5 + gp_task.STABLE_CALLS + 1

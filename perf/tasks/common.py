@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import scipy.optimize  # imported with the task, not inside its timed total
 
-from ..core import Mismatch, relative_error
+from ..core import Impl, Mismatch, relative_error
 
 
 def bind(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
@@ -86,3 +86,29 @@ def minimize(fn: Callable[..., Any], x0: np.ndarray, **options: Any) -> Any:
     return scipy.optimize.minimize(value_and_grad, x0, jac=True, method="L-BFGS-B",
                                    options=options or None)
 
+
+
+def jax_value_and_grad(loss: Callable[[Any], Any], x0: np.ndarray) -> Callable[[], Any]:
+    """The JAX jit row of a value-and-gradient task: ``jax.jit(jax.value_and_grad(loss))``
+    at ``x0``, NumPy in and out (float64 is enabled by the worker)."""
+    import jax
+
+    vg = jax.jit(jax.value_and_grad(loss))
+
+    def fn(x):
+        v, g = vg(x)
+        return float(v), (np.asarray(g),)
+    return bind(fn, x0)
+
+
+def value_and_grad_impls(build_nbgrad: Callable, build_torch: Callable,
+                         build_jax: Callable) -> list[Impl]:
+    """The rows of a value-and-gradient task: nbgrad jit (and eager, opt-in), PyTorch
+    eager and JAX jit; ``build_nbgrad(inp, p, jit=...)`` builds both nbgrad rows."""
+    return [
+        Impl("nbgrad", "jit", "nbgrad jit (value_and_grad)", build_nbgrad),
+        Impl("nbgrad", "eager", "nbgrad eager (value_and_grad)",
+             lambda inp, p: build_nbgrad(inp, p, jit=False), default=False),
+        Impl("torch", "eager", "PyTorch eager", build_torch),
+        Impl("jax", "jit", "JAX jit (value_and_grad)", build_jax),
+    ]

@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from ..core import Impl, Output
-from .common import bind, minimize
+from ..core import Output
+from .common import bind, jax_value_and_grad, minimize, value_and_grad_impls
 
 ID = "T2"
 NAME = "GP"
@@ -161,20 +161,7 @@ def _build_torch(inp, p):
 
 
 def _build_jax(inp, p):
-    import jax
-
-    vg = jax.jit(jax.value_and_grad(jax_nll(inp["d2"], inp["y"])))
-
-    def fn(theta):
-        v, g = vg(theta)
-        return float(v), (np.asarray(g),)
-    return bind(fn, inp["theta"])
+    return jax_value_and_grad(jax_nll(inp["d2"], inp["y"]), inp["theta"])
 
 
-IMPLS = [
-    Impl("nbgrad", "jit", "nbgrad jit (value_and_grad)", _build_nbgrad),
-    Impl("nbgrad", "eager", "nbgrad eager (value_and_grad)",
-         lambda inp, p: _build_nbgrad(inp, p, jit=False), default=False),
-    Impl("torch", "eager", "PyTorch eager", _build_torch),
-    Impl("jax", "jit", "JAX jit (value_and_grad)", _build_jax),
-]
+IMPLS = value_and_grad_impls(_build_nbgrad, _build_torch, _build_jax)

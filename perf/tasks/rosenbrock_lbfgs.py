@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import Impl, Output
-from .common import bind, minimize
+from ..core import Output
+from .common import bind, jax_value_and_grad, minimize, value_and_grad_impls
 
 ID = "T1"
 NAME = "L-BFGS-B"
@@ -81,20 +81,7 @@ def _build_torch(inp, p):
 
 
 def _build_jax(inp, p):
-    import jax
-
-    vg = jax.jit(jax.value_and_grad(rosenbrock))
-
-    def fn(x):
-        v, g = vg(x)
-        return float(v), (np.asarray(g),)
-    return bind(fn, inp["x"])
+    return jax_value_and_grad(rosenbrock, inp["x"])
 
 
-IMPLS = [
-    Impl("nbgrad", "jit", "nbgrad jit (value_and_grad)", _build_nbgrad),
-    Impl("nbgrad", "eager", "nbgrad eager (value_and_grad)",
-         lambda inp, p: _build_nbgrad(inp, p, jit=False), default=False),
-    Impl("torch", "eager", "PyTorch eager", _build_torch),
-    Impl("jax", "jit", "JAX jit (value_and_grad)", _build_jax),
-]
+IMPLS = value_and_grad_impls(_build_nbgrad, _build_torch, _build_jax)

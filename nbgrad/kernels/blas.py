@@ -210,18 +210,26 @@ _ll.add_symbol("nbgrad_blas_fill", ctypes.cast(_FILL_CALLBACK, ctypes.c_void_p).
 _fill_slots = types.ExternalFunction("nbgrad_blas_fill", types.void())
 
 
-@intrinsic
-def _blas_slot(typingctx, index):
-    """Entry ``index`` of the table of BLAS pointers (0 while unfilled)."""
-    def codegen(context, builder, signature, args):
-        table_type = ir.ArrayType(ir.IntType(8).as_pointer(), len(_BLAS_NAMES))
-        table = builder.module.globals.get("nbgrad_blas_slots")
-        if table is None:
-            table = ir.GlobalVariable(builder.module, table_type, "nbgrad_blas_slots")
-            table.linkage = "external"
-        entry = builder.gep(table, [ir.Constant(ir.IntType(32), 0), args[0]])
-        return builder.ptrtoint(builder.load(entry), context.get_value_type(types.uintp))
-    return types.uintp(index), codegen
+def pointer_table_entry(symbol: str, size: int):
+    """An intrinsic reading entry ``index`` of the table of ``size`` C pointers that the
+    process exports as ``symbol`` (``llvmlite.binding.add_symbol``; 0 while unfilled).
+    Compiled code reads the table when it runs, so it stays cacheable across processes."""
+    @intrinsic
+    def entry(typingctx, index):
+        def codegen(context, builder, signature, args):
+            table_type = ir.ArrayType(ir.IntType(8).as_pointer(), size)
+            table = builder.module.globals.get(symbol)
+            if table is None:
+                table = ir.GlobalVariable(builder.module, table_type, symbol)
+                table.linkage = "external"
+            item = builder.gep(table, [ir.Constant(ir.IntType(32), 0), args[0]])
+            return builder.ptrtoint(builder.load(item), context.get_value_type(types.uintp))
+        return types.uintp(index), codegen
+    return entry
+
+
+#: entry ``index`` of the table of BLAS pointers (0 while unfilled)
+_blas_slot = pointer_table_entry("nbgrad_blas_slots", len(_BLAS_NAMES))
 
 
 @intrinsic

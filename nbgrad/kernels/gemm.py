@@ -25,6 +25,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
+from .blas import pointer_table_entry
+
 OPTS = dict(cache=True, nogil=True)
 
 _SYMBOLS = ("scipy_cblas_{}gemm64_", "cblas_{}gemm64_")
@@ -65,18 +67,8 @@ def install(enabled: bool = True) -> str | None:
 LIBRARY = install(os.environ.get("NBGRAD_GEMM", "numpy").strip().lower() != "numba")
 
 
-@intrinsic
-def _slot(typingctx, index):
-    """Entry ``index`` of the table (0 when empty)."""
-    def codegen(context, builder, signature, args):
-        table_type = ir.ArrayType(ir.IntType(8).as_pointer(), 2)
-        table = builder.module.globals.get("nbgrad_gemm_slots")
-        if table is None:
-            table = ir.GlobalVariable(builder.module, table_type, "nbgrad_gemm_slots")
-            table.linkage = "external"
-        entry = builder.gep(table, [ir.Constant(ir.IntType(32), 0), args[0]])
-        return builder.ptrtoint(builder.load(entry), context.get_value_type(types.uintp))
-    return types.uintp(index), codegen
+#: entry ``index`` of the table (0 when empty)
+_slot = pointer_table_entry("nbgrad_gemm_slots", 2)
 
 
 @intrinsic

@@ -265,9 +265,7 @@ def apply_lean_reflected(op: OpDef, self, other) -> Tensor | None:
     dt = x.dtype
     if value is None or not ((dt is _F64 or dt is _F32) and x.flags.c_contiguous):
         return None
-    key = value if value else ("zero", math.copysign(1.0, value))
-    pair = _CONSTANTS[dt].get(key)
-    o, flat = _constant(value, dt) if pair is None else pair
+    o, flat = _constant(value, dt)
     out = wrap_array(lean(x, flat, True, True))
     if self._requires_grad and STATE.grad_enabled and op.differentiable:
         (op.run_record or _recorder)(op, (o, self), [out])

@@ -88,6 +88,21 @@ def minimize(fn: Callable[..., Any], x0: np.ndarray, **options: Any) -> Any:
 
 
 
+def nbgrad_value_and_grad(loss: Callable[[Any], Any], x0: np.ndarray,
+                          jit: bool = True) -> Callable[[], Any]:
+    """The nbgrad row of a value-and-gradient task: ``nbgrad.value_and_grad(loss)``,
+    jitted unless not ``jit``, at ``x0``, NumPy in and out."""
+    import nbgrad as nb
+
+    vg = nb.value_and_grad(loss)
+    vg = nb.jit(vg) if jit else vg
+
+    def fn(x):
+        v, g = vg(nb.tensor(x))
+        return v.item(), (g.numpy(),)
+    return bind(fn, x0)
+
+
 def jax_value_and_grad(loss: Callable[[Any], Any], x0: np.ndarray) -> Callable[[], Any]:
     """The JAX jit row of a value-and-gradient task: ``jax.jit(jax.value_and_grad(loss))``
     at ``x0``, NumPy in and out (float64 is enabled by the worker)."""

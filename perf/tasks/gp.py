@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ..core import Output
-from .common import bind, jax_value_and_grad, minimize, value_and_grad_impls
+from .common import bind, jax_value_and_grad, minimize, nbgrad_value_and_grad, value_and_grad_impls
 
 ID = "T2"
 NAME = "GP"
@@ -140,15 +140,7 @@ def jax_nll(d2: np.ndarray, y: np.ndarray):
 
 
 def _build_nbgrad(inp, p, jit=True):
-    import nbgrad as nb
-
-    vg = nb.value_and_grad(nbgrad_nll(inp["d2"], inp["y"]))
-    vg = nb.jit(vg) if jit else vg
-
-    def fn(theta):
-        v, g = vg(nb.tensor(theta))
-        return v.item(), (g.numpy(),)
-    return bind(fn, inp["theta"])
+    return nbgrad_value_and_grad(nbgrad_nll(inp["d2"], inp["y"]), inp["theta"], jit)
 
 
 def _build_torch(inp, p):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import Output
-from .common import bind, jax_value_and_grad, minimize, value_and_grad_impls
+from .common import bind, jax_value_and_grad, minimize, nbgrad_value_and_grad, value_and_grad_impls
 
 ID = "T1"
 NAME = "L-BFGS-B"
@@ -58,15 +58,7 @@ def rosenbrock(x):
 
 
 def _build_nbgrad(inp, p, jit=True):
-    import nbgrad as nb
-
-    vg = nb.value_and_grad(rosenbrock)
-    vg = nb.jit(vg) if jit else vg
-
-    def fn(x):
-        v, g = vg(nb.tensor(x))
-        return v.item(), (g.numpy(),)
-    return bind(fn, inp["x"])
+    return nbgrad_value_and_grad(rosenbrock, inp["x"], jit)
 
 
 def _build_torch(inp, p):

@@ -116,34 +116,18 @@ def _build_nbgrad_jit_unrolled(inp, p):
 
 # ---------------------------------------------------------------- peers
 
-def _build_torch(inp, p):
+def _build_torch(inp, p, compile_: bool = False):
+    """PyTorch eager; with ``compile_``, ``torch.compile`` of ONE Euler step, called
+    ``steps`` times from Python, as users do: compiling the whole unrolled loop took 169 s
+    for 100 steps on a 2-core machine (so far longer for 1000). The first call compiles
+    two graphs: ``x0`` needs no gradient, the later states do."""
     import torch
 
-    W = torch.tensor(inp["W"], requires_grad=True)
-    b = torch.tensor(inp["b"], requires_grad=True)
-    x0 = torch.tensor(inp["x0"])
-    steps = p["steps"]
-
-    def step():
-        x = x0
-        for _ in range(steps):
-            x = x + DT * torch.tanh(W @ x + b) - DT * DECAY * x
-        loss = (x * x).sum()
-        return loss, torch.autograd.grad(loss, (W, b))
-    return step
-
-
-def _build_torch_compile(inp, p):
-    """``torch.compile`` of ONE Euler step, called ``steps`` times from Python, as users
-    do: compiling the whole unrolled loop took 169 s for 100 steps on a 2-core machine
-    (so far longer for 1000). The first call compiles two graphs: ``x0`` needs no
-    gradient, the later states do."""
-    import torch
-
-    @torch.compile
     def euler_step(x, W, b):
         return x + DT * torch.tanh(W @ x + b) - DT * DECAY * x
 
+    if compile_:
+        euler_step = torch.compile(euler_step)
     W = torch.tensor(inp["W"], requires_grad=True)
     b = torch.tensor(inp["b"], requires_grad=True)
     x0 = torch.tensor(inp["x0"])
@@ -218,7 +202,7 @@ IMPLS = [
          partial(_build_nbgrad_jit, mode="compile"), default=False),
     Impl("torch", "eager", "PyTorch eager", _build_torch),
     Impl("torch", "compile", "torch.compile (one step compiled, Python loop)",
-         _build_torch_compile, default=False),
+         partial(_build_torch, compile_=True), default=False),
     Impl("jax", "jit", "JAX jit (fori_loop)", _build_jax),
     Impl("autograd", "eager", "HIPS autograd", _build_autograd),
 ]

@@ -355,3 +355,19 @@ def test_float32_elementwise_keeps_dtype():
                    (nb.floor(x * 3), np.floor(a * 3))):
         assert y.dtype == nb.float32
         np.testing.assert_allclose(y.numpy(), ref, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "prod", "amax", "logsumexp", "norm2",
+                                  "norm_inf", "norm_minus_inf"])
+def test_reductions_of_a_0d_tensor_over_dim_0_backpropagate(name):
+    # as on the CPU (test_fuzz.py): the dim 0 or -1 of a 0-d tensor names no dim; the
+    # CUDA sum backward and infinity norms indexed its shape (found by the cuda fuzzer)
+    reduce = {"sum": lambda t: nb.sum(t, 0), "mean": lambda t: nb.mean(t, -1),
+              "prod": lambda t: nb.prod(t, 0), "amax": lambda t: nb.amax(t, 0),
+              "logsumexp": lambda t: nb.logsumexp(t, 0), "norm2": lambda t: nb.norm(t, 2, 0),
+              "norm_inf": lambda t: nb.norm(t, float("inf"), 0),
+              "norm_minus_inf": lambda t: nb.norm(t, float("-inf"), -1)}[name]
+    x = nb.tensor(2.0, device="cuda", requires_grad=True)
+    y = reduce(x)
+    y.backward()
+    assert y.shape == () and x.grad.shape == () and x.grad.item() == pytest.approx(1.0)

@@ -31,7 +31,8 @@ def _executors(text: str) -> tuple[str, ...]:
               help="Comma-separated: eager, fd (finite differences), reference (the traced "
               "graph replayed with eager ops), interpret (tier 1), compile (tier 2), auto "
               "(after promotion), blocked (tier 2 with every region it can block as a "
-              "loop over small blocks).")
+              "loop over small blocks), cuda (eager and jit on CUDA tensors; under Numba's CUDA "
+              "simulator where no GPU is visible).")
 @click.option("--max-steps", type=click.IntRange(min=1, max=12), default=4,
               show_default=True, help="Step families drawn per program.")
 @click.option("--max-programs", type=click.IntRange(min=1), default=None,

@@ -267,6 +267,14 @@ def normalize_dims(dim, ndim: int, op: str) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+def restored_dims(dim, sizes: tuple[int, ...], keepdim: bool, op: str) -> tuple[int, ...]:
+    """The dims a reduction over ``dim`` of an input of shape ``sizes`` removed, which its
+    backward puts back (none with ``keepdim``, nor for a 0-d input, whose dim 0 or -1
+    names no dim)."""
+    dims = normalize_dims(dim, len(sizes), op)
+    return dims if not keepdim and sizes else ()
+
+
 def arb_plan(shape: tuple[int, ...], dims: tuple[int, ...], keepdim: bool = False):
     """How to reduce ``dims`` of a C-contiguous array of ``shape``: ``(perm, A, R, B,
     out_shape)``, ``perm`` the transposition that makes the dims adjacent (None: none

@@ -83,6 +83,8 @@ class AtRef:
             np.asarray(values, dtype=x.dtype))
         if v.dtype != x.dtype:
             v = to_dtype(v, x.dtype)
+        if v.ndim == 0 and v.device != x.device:  # a scalar joins x's device, as in PyTorch
+            v = v.to(x.device)
         try:
             np.broadcast_shapes(v.shape, shape)
             ok = len(v.shape) <= len(shape)

@@ -66,9 +66,9 @@ def _dynamic_update_slice_kernel(x, update, start_indices):
     return call_native(_DYNAMIC_UPDATE_SLICE, (x, update, start_indices), {})
 
 
-def _start_tensor(op: str, start_indices, ndim: int) -> Tensor:
+def _start_tensor(op: str, start_indices, ndim: int, device=None) -> Tensor:
     """``start_indices`` (a 1-D integer tensor, or a sequence of ints and 0-d integer
-    tensors) as a 1-D int64 tensor of ``ndim`` entries."""
+    tensors) as a 1-D int64 tensor of ``ndim`` entries (on ``device``, if given)."""
     if isinstance(start_indices, Tensor):
         t = start_indices
     elif isinstance(start_indices, (list, tuple)):
@@ -87,7 +87,9 @@ def _start_tensor(op: str, start_indices, ndim: int) -> Tensor:
     if t.dtype.kind not in "iu" or t.ndim != 1 or t.shape[0] != ndim:
         raise TypeError(f"{op}: start_indices must hold one integer per dimension of self "
                         f"({ndim}), got {t.dtype} of shape {tuple(t.shape)}")
-    return _int64(op, t)
+    t = _int64(op, t)
+    # positions made on the host (an eager loop's counter) join a tensor on another device
+    return t if device is None or t.device == device else t.to(device)
 
 
 def _int64(op: str, t: Tensor) -> Tensor:
@@ -107,7 +109,7 @@ def dynamic_slice(self: Tensor, start_indices, sizes) -> Tensor:
                                                                        strict=True)):
         raise TypeError(f"dynamic_slice: sizes {sizes} do not fit self of shape "
                         f"{tuple(self.shape)} (one size per dimension, 0 <= size <= dim)")
-    starts = _start_tensor("dynamic_slice", start_indices, self.ndim)
+    starts = _start_tensor("dynamic_slice", start_indices, self.ndim, self.device)
     return apply(get("dynamic_slice"), (self, starts, sizes))
 
 
@@ -119,7 +121,7 @@ def dynamic_slice_backward(self: Tensor, sizes, start_indices) -> Tensor:
     if len(sizes) != self.ndim or any(s > n for s, n in zip(self.shape, sizes, strict=True)):
         raise TypeError(f"dynamic_slice_backward: self of shape {tuple(self.shape)} does not "
                         f"fit in sizes {sizes}")
-    starts = _start_tensor("dynamic_slice_backward", start_indices, len(sizes))
+    starts = _start_tensor("dynamic_slice_backward", start_indices, len(sizes), self.device)
     return apply(get("dynamic_slice_backward"), (self, sizes, starts))
 
 
@@ -135,7 +137,7 @@ def dynamic_update_slice(self: Tensor, update, start_indices) -> Tensor:
                                                              strict=True)):
         raise TypeError(f"dynamic_update_slice: update of shape {tuple(update.shape)} does "
                         f"not fit in self of shape {tuple(self.shape)}")
-    starts = _start_tensor("dynamic_update_slice", start_indices, self.ndim)
+    starts = _start_tensor("dynamic_update_slice", start_indices, self.ndim, self.device)
     return apply(get("dynamic_update_slice"), (self, update, starts))
 
 

@@ -93,7 +93,9 @@ def _check_bounds(idx: Index, shape: tuple[int, ...], op: str = "index") -> None
 
 
 def flat_positions(shape: tuple[int, ...], idx: Index) -> np.ndarray:
-    return np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)[idx]
+    """The flat element numbers ``idx`` selects in an array of ``shape`` (an array, also
+    for an index of integers alone, which selects one element)."""
+    return np.asarray(np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)[idx])
 
 
 @kernel("index", view_of=0, kind=Move())

@@ -212,11 +212,10 @@ def sum_to(self: Tensor, size) -> Tensor:
 @kernel("sum_backward", kind=Broadcast(_sum_backward_unsqueeze))
 def _sum_backward_kernel(g, sizes, dim, keepdim):
     sizes = tuple(sizes)
-    dims = rk.normalize_dims(dim, len(sizes), "sum_backward")
-    if g.ndim == 0 and not keepdim and len(dims) == len(sizes):  # the whole input
+    dims = rk.restored_dims(dim, sizes, keepdim, "sum_backward")
+    if g.ndim == 0 and len(dims) == len(sizes) and dims:  # the whole input
         return np.full(sizes, g, g.dtype)
-    if not keepdim and sizes:  # a 0-d input (dim 0 or -1) has no dim to restore
-        g = np.expand_dims(g, dims) if dims else g
+    g = np.expand_dims(g, dims) if dims else g
     return c_contiguous(np.broadcast_to(g, sizes))
 
 

@@ -53,6 +53,16 @@ def w3_nbgrad(x: np.ndarray):
     return step, cuda.synchronize, lambda out: (out[0].item(), out[1].numpy())
 
 
+def w3_nbgrad_jit(x: np.ndarray):
+    """``nbgrad.jit(value_and_grad(f))`` on a CUDA tensor: fused ``@cuda.jit`` kernels."""
+    from numba import cuda
+
+    import nbgrad as nb
+    xt = nb.tensor(x, device="cuda")
+    step = nb.jit(nb.value_and_grad(lambda v: (nb.sin(v) * nb.exp(-v * v) + nb.tanh(v)).sum()))
+    return (lambda: step(xt)), cuda.synchronize, lambda out: (out[0].item(), out[1].numpy())
+
+
 def w3_torch(x: np.ndarray):
     import torch
     xt = torch.tensor(x, device="cuda", requires_grad=True)
@@ -103,6 +113,37 @@ def w2_nbgrad(inp: dict):
         with nb.no_grad():
             for q, g in zip(params, grads, strict=True):
                 q.sub_(LR * g)
+        return loss, grads
+
+    return step, cuda.synchronize, lambda out: (out[0].item(), [g.numpy() for g in out[1]])
+
+
+def w2_nbgrad_jit(inp: dict):
+    """W2's JAX-like step in ``nbgrad.jit`` on CUDA tensors: gradient and update in one
+    traced function returning the new parameters."""
+    from numba import cuda
+
+    import nbgrad as nb
+    import nbgrad.nn.functional as F
+
+    def loss(W1, b1, W2, b2, W3, b3, X, y):
+        h1 = F.relu(X @ W1 + b1)
+        h2 = F.relu(h1 @ W2 + b2)
+        return F.cross_entropy(h2 @ W3 + b3, y)
+
+    vg = nb.value_and_grad(loss, argnums=(0, 1, 2, 3, 4, 5))
+
+    @nb.jit
+    def train_step(W1, b1, W2, b2, W3, b3, X, y):
+        params = (W1, b1, W2, b2, W3, b3)
+        value, grads = vg(*params, X, y)
+        return value, grads, tuple(q - LR * g for q, g in zip(params, grads, strict=True))
+
+    state = {"params": [nb.tensor(inp[k], device="cuda") for k in PARAMS]}
+    X, y = nb.tensor(inp["X"], device="cuda"), nb.tensor(inp["y"], device="cuda")
+
+    def step():
+        loss, grads, state["params"] = train_step(*state["params"], X, y)
         return loss, grads
 
     return step, cuda.synchronize, lambda out: (out[0].item(), [g.numpy() for g in out[1]])
@@ -175,8 +216,11 @@ def _rel(got, want) -> float:
     return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
 
 
-def run(big: bool, repeat: int, warmup: int, smoke: bool = False) -> list[dict]:
-    rows = []
+def run(big: bool, repeat: int, warmup: int, smoke: bool = False,
+        on_row: Callable[[list[dict]], None] | None = None) -> list[dict]:
+    """Every row; ``on_row(rows so far)`` after each (a run cut short keeps its rows)."""
+    rows: list[dict] = []
+    add = rows.append if on_row is None else (lambda row: (rows.append(row), on_row(rows)))
     sizes = [2_000] if smoke else [4_000_000] + ([100_000_000] if big else [])
     for n in sizes:
         x = np.random.default_rng(0).standard_normal(n)
@@ -185,9 +229,9 @@ def run(big: bool, repeat: int, warmup: int, smoke: bool = False) -> list[dict]:
         def check(out, ref_loss=ref_loss, ref_grad=ref_grad):
             return max(_rel(out[0], ref_loss), _rel(out[1], ref_grad))
 
-        for impl, build in (("nbgrad-cuda", w3_nbgrad), ("torch-cuda", w3_torch),
-                            ("jax-gpu", w3_jax)):
-            rows.append(_row(f"W3 n={n:,}", impl, build, x, check, repeat, warmup))
+        for impl, build in (("nbgrad-cuda", w3_nbgrad), ("nbgrad-cuda-jit", w3_nbgrad_jit),
+                            ("torch-cuda", w3_torch), ("jax-gpu", w3_jax)):
+            add(_row(f"W3 n={n:,}", impl, build, x, check, repeat, warmup))
     p = w2_mlp.SIZES["tiny" if smoke else "full"]
     inp = w2_mlp.make_inputs(p)
     ref = w2_mlp.reference(inp, p)
@@ -197,9 +241,9 @@ def run(big: bool, repeat: int, warmup: int, smoke: bool = False) -> list[dict]:
                                             zip(out[1], ref.grads, strict=True)]
         return max(errs)
 
-    for impl, build in (("nbgrad-cuda", w2_nbgrad), ("torch-cuda", w2_torch),
-                        ("jax-gpu", w2_jax)):
-        rows.append(_row("W2 mlp", impl, build, inp, check_w2, repeat, warmup))
+    for impl, build in (("nbgrad-cuda", w2_nbgrad), ("nbgrad-cuda-jit", w2_nbgrad_jit),
+                        ("torch-cuda", w2_torch), ("jax-gpu", w2_jax)):
+        add(_row("W2 mlp", impl, build, inp, check_w2, repeat, warmup))
     return rows
 
 
@@ -211,11 +255,24 @@ def _row(workload, impl, build, arg, check, repeat, warmup) -> dict:
         row["error"] = f"not installed: {exc}"
     except Exception as exc:  # noqa: BLE001 - report, then go on with the next peer
         row["error"] = f"{type(exc).__name__}: {exc}"
-    line = (f"{workload:<16} {impl:<12} " + (f"{row['median_ms']:10.3f} ms  (first call "
+    line = (f"{workload:<16} {impl:<15} " + (f"{row['median_ms']:10.3f} ms  (first call "
             f"{row['first_call_s']:.1f} s, rel. error {row['max_rel_error']:.1e})"
             if "median_ms" in row else row["error"]))
     print(line, flush=True)
     return row
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    device = ""
+    try:
+        from numba import cuda
+        device = cuda.get_current_device().name
+        device = device.decode() if isinstance(device, bytes) else str(device)
+    except Exception:  # noqa: BLE001 - the name is informative only
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"device": device, "host": platform.node(), "rows": rows},
+                               indent=2) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,23 +280,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big", action="store_true", help="also W3 at 1e8 elements")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--json", type=Path, help="write the results here (after each row)")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny sizes (a check that every path runs, e.g. in the simulator)")
     args = parser.parse_args(argv)
-    rows = run(args.big, args.repeat, args.warmup, args.smoke)
-    if args.json:
-        device = ""
-        try:
-            from numba import cuda
-            device = cuda.get_current_device().name
-            device = device.decode() if isinstance(device, bytes) else str(device)
-        except Exception:  # noqa: BLE001 - the name is informative only
-            pass
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"device": device, "host": platform.node(),
-                                         "rows": rows}, indent=2) + "\n")
-    return 1 if any("error" in r and r["impl"] == "nbgrad-cuda" for r in rows) else 0
+    rows = run(args.big, args.repeat, args.warmup, args.smoke,
+               on_row=None if args.json is None else lambda rows: _write(args.json, rows))
+    return 1 if any("error" in r and r["impl"].startswith("nbgrad") for r in rows) else 0
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """CUDA kernels of the indexing ops (as :mod:`nbgrad.ops.indexing` on the CPU): index
-and index_put, gathers and scatters along a dimension, take, masked_fill."""
+and index_put, gathers and scatters along a dimension, take, masked_fill, and the windows
+at run-time positions of :mod:`nbgrad.ops.dynamic`."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ...kernels import window as wk
 from ...ops.indexing import flat_positions
 from ...ops.registry import kernel
 from .. import compute as C
@@ -119,4 +121,35 @@ def _take(x: CudaArray, index: CudaArray) -> CudaArray:
 def _take_backward(g: CudaArray, sizes, index: CudaArray) -> CudaArray:
     out = full(tuple(sizes), 0, g.dtype)
     C.scatter(out, contiguous_flat(index, np.int64), g, True, index.shape)
+    return out
+
+
+# ---------------------------------------------------------------------- dynamic windows
+def _window(shape: tuple[int, ...], starts: CudaArray, sizes: tuple[int, ...]) -> tuple:
+    """The window of ``sizes`` at ``starts`` (read to the host, clamped as on the CPU:
+    :func:`nbgrad.kernels.window.clamped_starts`) as a basic index."""
+    host = starts.copy_to_host() if isinstance(starts, CudaArray) else np.asarray(starts)
+    at = wk.clamped_starts(host.astype(np.int64), np.asarray(shape, np.int64),
+                           np.asarray(sizes, np.int64))
+    return tuple(slice(int(s), int(s) + n) for s, n in zip(at, sizes, strict=True))
+
+
+@kernel("dynamic_slice", target="cuda")
+def _dynamic_slice(x: CudaArray, starts: CudaArray, sizes) -> CudaArray:
+    sizes = tuple(int(s) for s in sizes)
+    return C.basic_index(x, _window(x.shape, starts, sizes)).copy()
+
+
+@kernel("dynamic_slice_backward", target="cuda")
+def _dynamic_slice_backward(g: CudaArray, sizes, starts: CudaArray) -> CudaArray:
+    sizes = tuple(int(s) for s in sizes)
+    out = full(sizes, 0, g.dtype)
+    copy_into(C.basic_index(out, _window(sizes, starts, g.shape)), g)
+    return out
+
+
+@kernel("dynamic_update_slice", target="cuda")
+def _dynamic_update_slice(x: CudaArray, update: CudaArray, starts: CudaArray) -> CudaArray:
+    out = x.copy()
+    copy_into(C.basic_index(out, _window(x.shape, starts, update.shape)), update)
     return out

@@ -58,11 +58,10 @@ def _sum_to(x: CudaArray, size) -> CudaArray:
 
 @kernel("sum_backward", target="cuda")
 def _sum_backward(g: CudaArray, sizes, dim, keepdim: bool) -> CudaArray:
-    sizes = tuple(sizes)
-    dims = rk.normalize_dims(dim, len(sizes), "sum_backward")
-    if not keepdim and dims:
+    dims = rk.restored_dims(dim, tuple(sizes), keepdim, "sum_backward")
+    if dims:
         g = C.insert_dims(g, dims)
-    return g.broadcast_to(sizes).copy()
+    return g.broadcast_to(tuple(sizes)).copy()
 
 
 # ---------------------------------------------------------------------- row kernels
@@ -188,7 +187,7 @@ def _norm(x: CudaArray, p: float, dim, keepdim: bool, dtype) -> CudaArray:
     if dtype is not None:
         x = x.astype(dtype, copy=False)
     dims = rk.normalize_dims(dim, x.ndim, "norm")
-    if math.isinf(p) and (x.size == 0 or any(x.shape[d] == 0 for d in dims)):
+    if math.isinf(p) and (x.size == 0 or any(x.shape[d] == 0 for d in dims if x.ndim)):
         raise IndexError(f"norm: the infinity norm of a zero-size reduction is undefined "
                          f"(shape {x.shape}, dims {dims})")
     return _row_reduce(x, dims, keepdim, "norm", lambda f, M, R, o: launch(

@@ -33,7 +33,7 @@ from ...tensor import STATE_TRACE, Tensor
 from ..program import build
 from ..reference import replay_arrays
 from .ir import Graph
-from .loops import _check_carry, _leaf_tensor, _placeholders, _trace_body
+from .loops import _check_carry, _leaf_tensor, _placeholders, _trace_body, _traced
 
 __all__ = ["cond", "while_loop"]
 
@@ -144,6 +144,11 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
     """
     leaves, spec = pytree.flatten(init_val)
     carry = [_leaf_tensor(x, "while_loop", "init_val") for x in leaves]
+    if STATE_TRACE.tracer is not None and not _traced(carry):
+        raise NotImplementedError(
+            "while_loop: under nbgrad.jit the loop runs on the CPU only, and its carry is on "
+            f"{', '.join(sorted({str(t.device) for t in carry} - {'cpu'}))}; call it outside "
+            "nbgrad.jit (eagerly), or with CPU tensors")
     if STATE_TRACE.tracer is None:
         val = pytree.unflatten(spec, carry)
         cur = carry

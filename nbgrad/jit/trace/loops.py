@@ -66,6 +66,13 @@ def _leaf_tensor(x: Any, fn: str, what: str) -> Tensor:
     raise TypeError(f"{fn}: {what} holds a {type(x).__name__}; expected tensors or numbers")
 
 
+def _traced(tensors: Sequence[Tensor]) -> bool:
+    """Whether a loop over ``tensors`` becomes a loop node of the trace: under
+    ``nbgrad.jit``, on the CPU. The CUDA tier has no loop node: there the trace records
+    the steps one by one, as eager mode runs them."""
+    return STATE_TRACE.tracer is not None and all(t.device == "cpu" for t in tensors)
+
+
 def _index_tensor(i: int) -> Tensor:
     return Tensor._make(np.asarray(i, np.int64))
 
@@ -92,7 +99,7 @@ def fori_loop(lower: int, upper: int, body: Callable[[Tensor, Any], Any], init: 
     carry = [_leaf_tensor(x, "fori_loop", "init") for x in leaves]
     if checkpoint is not None and checkpoint is not False:
         segments = loop_segments(max(upper - lower, 0), checkpoint)  # checks the value
-        if STATE_TRACE.tracer is not None:
+        if _traced(carry):
             size = "log" if checkpoint == "log" else (segments[0][1] if segments else 1)
             return _segmented(lower, upper, body, init, size)
 
@@ -101,7 +108,7 @@ def fori_loop(lower: int, upper: int, body: Callable[[Tensor, Any], Any], init: 
                                                        body(_index_tensor(lower + k), val)))
         return checkpointed_steps(step, max(upper - lower, 0), checkpoint,
                                   pytree.unflatten(spec, carry))
-    if STATE_TRACE.tracer is None:  # the same carry check as the traced body's
+    if not _traced(carry):  # the same carry check as the traced body's
         val = pytree.unflatten(spec, carry)
         for i in range(lower, upper):
             val = pytree.unflatten(spec, _check_carry("fori_loop", spec, carry,
@@ -209,10 +216,10 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
         if checkpoint == "log":
             raise ValueError("scan: checkpoint='log' is for fori_loop; give True, 'sqrt' or "
                              "a segment length")
-        if STATE_TRACE.tracer is not None:
+        if _traced(carry + xt):
             return _segmented_scan(f, init, xs, n, reverse, loop_segments(n, checkpoint)[0][1])
         return _scan_segments(f, spec, carry, xspec, xt, n, reverse, checkpoint)
-    if STATE_TRACE.tracer is None:
+    if not _traced(carry + xt):
         return _scan_eager(f, spec, carry, xspec, xt, n, reverse)
     yspec_box: list = []
 

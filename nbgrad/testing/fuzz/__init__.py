@@ -8,6 +8,7 @@
   :func:`generate` (one program per seed) and :func:`programs` (a hypothesis strategy);
 - :mod:`.differential`: runs a program eagerly, against finite differences and under
   ``nbgrad.jit`` in each mode, and reports disagreements with a reproducer;
+- :mod:`.on_device`: the ``cuda`` executor (eager and jit on CUDA tensors);
 - :mod:`.special`: the extra call on inputs with special values (±0, subnormals, huge,
   ±inf, NaN) and its IEEE-aware comparison;
 - :mod:`.shrink`: smaller reproducers of a failure;
@@ -22,6 +23,7 @@ jumps of ``fmod``, ...: a smooth fallback replaces it), so a mismatch is always 
 from .catalogue import FUZZ_OPS, FuzzOp, catalogue_entries, check_catalogue
 from .differential import EXECUTORS, EXTRA_EXECUTORS, Mismatch, check_program, check_programs
 from .generate import FAMILIES, generate, programs
+from .on_device import run_on_device  # registers the ``cuda`` executor
 from .program import GAP, MAX_SIZE, Builder, Leaf, Program, Step, leaf_value, to_source
 
 __all__ = ["EXECUTORS", "EXTRA_EXECUTORS", "FAMILIES", "FUZZ_OPS", "GAP", "MAX_SIZE",

@@ -130,7 +130,8 @@ def _binary_code(name: str) -> Callable:
 
 for _name in _BINARY_DOMAINS:
     _op(_name, run=_run_binary(_name), code=_binary_code(_name))
-_op("where", run=lambda xs, p: nb.where(tensor(np.array(p[0], dtype=bool)), xs[0], xs[1]),
+_op("where", run=lambda xs, p: nb.where(_beside(np.array(p[0], dtype=bool), xs[0]), xs[0],
+                                         xs[1]),
     code="nb.where(nb.tensor(np.array({p0!r}, dtype=bool)), {0}, {1})")
 _op("lerp", run=lambda xs, p: nb.lerp(xs[0], xs[1], p[0]), code="nb.lerp({0}, {1}, {p0!r})")
 _op("clamp", run=lambda xs, p: nb.clamp(xs[0], p[0], p[1]),
@@ -212,8 +213,13 @@ def _first(item):
     return item
 
 
-def _ints(p) -> Tensor:
-    return tensor(np.array(p, dtype=np.int64))
+def _ints(p, like: Tensor) -> Tensor:
+    return _beside(np.array(p, dtype=np.int64), like)
+
+
+def _beside(a: np.ndarray, like: Tensor) -> Tensor:
+    """A constant of a step, on the device of the step's first input ``like``."""
+    return tensor(a, device=like.device)
 
 
 def _slice_code(s: slice) -> str:
@@ -240,16 +246,16 @@ def index_code(items: tuple) -> str:
 
 _op("index", run=lambda xs, p: xs[0][tuple(_index_value(i) for i in p[0])],
     code=lambda a, p: f"{a[0]}[{index_code(p[0])}]" if p[0] else f"{a[0]}[()]")
-_op("gather", run=lambda xs, p: nb.gather(xs[0], p[0], _ints(p[1])),
+_op("gather", run=lambda xs, p: nb.gather(xs[0], p[0], _ints(p[1], xs[0])),
     code="nb.gather({0}, {p0!r}, nb.tensor(np.array({p1!r}, dtype=np.int64)))")
-_op("index_select", run=lambda xs, p: nb.index_select(xs[0], p[0], _ints(p[1])),
+_op("index_select", run=lambda xs, p: nb.index_select(xs[0], p[0], _ints(p[1], xs[0])),
     code="nb.index_select({0}, {p0!r}, nb.tensor(np.array({p1!r}, dtype=np.int64)))")
-_op("take", run=lambda xs, p: nb.take(xs[0], _ints(p[0])),
+_op("take", run=lambda xs, p: nb.take(xs[0], _ints(p[0], xs[0])),
     code="nb.take({0}, nb.tensor(np.array({p0!r}, dtype=np.int64)))")
-_op("masked_fill", run=lambda xs, p: nb.masked_fill(xs[0], tensor(np.array(p[0], bool)),
-                                                     p[1]),
+_op("masked_fill", run=lambda xs, p: nb.masked_fill(xs[0], _beside(np.array(p[0], bool),
+                                                                             xs[0]), p[1]),
     code="nb.masked_fill({0}, nb.tensor(np.array({p0!r}, dtype=bool)), {p1!r})")
-_op("scatter_add", run=lambda xs, p: nb.scatter_add(xs[0], p[0], _ints(p[1]), xs[1]),
+_op("scatter_add", run=lambda xs, p: nb.scatter_add(xs[0], p[0], _ints(p[1], xs[0]), xs[1]),
     code="nb.scatter_add({0}, {p0!r}, nb.tensor(np.array({p1!r}, dtype=np.int64)), {1})")
 _op("diagonal", run=lambda xs, p: nb.diagonal(xs[0], p[0], p[1], p[2]),
     code="nb.diagonal({0}, {p0!r}, {p1!r}, {p2!r})")

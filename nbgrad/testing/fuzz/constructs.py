@@ -55,11 +55,11 @@ class SoftclipNumpy(Function):
         a = x.numpy()
         d = 1.0 + np.abs(a)
         ctx.d = d
-        return tensor(a / d)
+        return tensor(a / d, device=x.device)
 
     @staticmethod
     def backward(ctx, g):
-        return tensor(g.numpy() / (ctx.d * ctx.d))
+        return tensor(g.numpy() / (ctx.d * ctx.d), device=g.device)
 
 
 #: custom Functions by step name: (apply, source of the call with ``{0}``, ``{1}``, ``{p0}``)

@@ -33,7 +33,7 @@ import math
 import time
 import traceback
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -60,8 +60,12 @@ from .special import (
 
 EXECUTORS = ("eager", "fd", "jvp", "vmap", "reference", "interpret", "compile", "auto")
 #: executors run only when named: ``blocked`` is tier 2 with every fused region that can
-#: be written as a loop over blocks written so (:func:`blocked_everywhere`)
-EXTRA_EXECUTORS = ("blocked",)
+#: be written as a loop over blocks written so (:func:`blocked_everywhere`); ``cuda`` is
+#: eager and jit on CUDA tensors (:mod:`.on_device`)
+EXTRA_EXECUTORS = ("blocked", "cuda")
+#: executors on another device, by name: ``run(program, refs) -> (mismatches, whether
+#: fused device kernels ran)``; :mod:`.on_device` registers ``cuda``
+DEVICE_RUNS: dict[str, Callable[[Program, list[Result]], tuple[list[Mismatch], bool]]] = {}
 #: rows per block under ``blocked``, by seed: whole and ragged last blocks, one row each
 BLOCK_SIZES = (1, 2, 3, 5, 8)
 #: calls of each jitted function (the first traces; later ones run the compiled graph)
@@ -181,13 +185,14 @@ def inputs(program: Program, call: int, dtype: str | None = None) -> list[np.nda
 
 
 def _run(fn, programs: Sequence[Program], arrays: list[list[np.ndarray]],
-         layout: np.random.Generator | None = None) -> list[Result]:
-    """Call ``fn`` (a batch function) on fresh leaves, backward the summed losses. With
-    ``layout``, the leaves of all programs share one buffer in drawn layouts
+         layout: np.random.Generator | None = None, device: str = "cpu") -> list[Result]:
+    """Call ``fn`` (a batch function) on fresh leaves (on ``device``), backward the summed
+    losses. With ``layout``, the leaves of all programs share one buffer in drawn layouts
     (:mod:`.layouts`); else each is a new contiguous tensor."""
     names: list[str] = []
     if layout is None:
-        leaves = [[Tensor(a, requires_grad=True) for a in group] for group in arrays]
+        leaves = [[Tensor(a, requires_grad=True, device=device) for a in group]
+                  for group in arrays]
     else:
         flat, kinds = layouts.leaves([a for group in arrays for a in group], layout)
         it, kind = iter(flat), iter(kinds)
@@ -571,6 +576,13 @@ def check_programs(programs: Sequence[Program], executors: Sequence[str] = EXECU
                 if executor in executors:
                     _count(stats, executor)
                     found += run_jit([p], [refs], executor)[0]
+            for executor, run in DEVICE_RUNS.items():
+                if executor in executors:
+                    bad, fused = run(p, refs)
+                    _count(stats, executor)
+                    if fused:
+                        _count(stats, f"{executor} on fused kernels")
+                    found += bad
         for executor in ("compile", "auto", "blocked"):
             if executor not in executors:
                 continue

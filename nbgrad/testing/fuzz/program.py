@@ -77,18 +77,18 @@ class Program:
         out = values[-1]
         for i in self.unread():
             v = values[i]
-            out = out + (v * self.weight(i, v.shape).astype(v.dtype)).sum()
+            out = out + (v * _beside(self.weight(i, v.shape), v)).sum()
         return out
 
     def loss(self, *leaves: Tensor) -> Tensor:
         """A scalar: the result weighted by fixed random weights and summed."""
         out = self(*leaves)
-        return (out * self.weight(None, out.shape).astype(out.dtype)).sum()
+        return (out * _beside(self.weight(None, out.shape), out)).sum()
 
     def both(self, *leaves: Tensor) -> tuple[Tensor, Tensor]:
         """``(result, loss)`` from one run."""
         out = self(*leaves)
-        return out, (out * self.weight(None, out.shape).astype(out.dtype)).sum()
+        return out, (out * _beside(self.weight(None, out.shape), out)).sum()
 
     def values(self, *leaves: Tensor) -> list[Tensor]:
         """Every value of the program, leaves included, in order."""
@@ -111,6 +111,13 @@ class Program:
         lines = ",\n    ".join(repr(n) for n in self.nodes)
         extra = "" if self.dtype == "float64" else f", dtype={self.dtype!r}"
         return f"Program(nodes=(\n    {lines},\n), seed={self.seed}{extra})"
+
+
+def _beside(weights: np.ndarray, v: Tensor) -> np.ndarray | Tensor:
+    """Weights for ``v`` in its dtype: a NumPy array on the CPU (as users write), a tensor
+    on ``v``'s device elsewhere (an array would be a CPU operand there)."""
+    w = weights.astype(v.dtype)
+    return w if v.device == "cpu" else Tensor(w, device=v.device)
 
 
 def leaf_value(seed: int, k: int, shape: tuple[int, ...], domain: str) -> np.ndarray:

@@ -64,3 +64,49 @@ def test_numpy_blas_is_found_in_numpy_wheels():
                                   "*openblas64*")):
         pytest.skip("NumPy here has no bundled scipy-openblas")
     assert G.numpy_blas() is not None
+
+
+def test_a_transposed_view_is_read_in_place_with_trans():
+    """BLAS reads a transposed view as it is (cblas ``Trans``, the leading dimension of
+    the array it views): no copy to a contiguous matrix."""
+    x = np.zeros((7, 5), np.float32)
+    assert G._operand(x.strides, 7, 5, 4) == (111, 5)
+    assert G._operand(x.T.strides, 5, 7, 4) == (112, 5)
+
+
+def test_an_mlp_step_passes_transposed_operands_to_gemm_as_views():
+    """The tier-2 code of W2's SGD step (an MLP, smaller here; only generated, not
+    compiled) calls the gemm native for its products, the backward's ``W.T``, ``h.T`` and
+    ``X.T`` passed as transposed views: no copy, no ``np.dot``."""
+    import re
+
+    import nbgrad as nb
+    import nbgrad.nn.functional as F
+    from nbgrad.jit.tier2 import codegen
+    from nbgrad.jit.trace.function_trace import expand
+
+    def loss(W1, b1, W2, b2, X, y):
+        return F.cross_entropy(F.relu(X @ W1 + b1) @ W2 + b2, y)
+
+    vg = nb.value_and_grad(loss, argnums=(0, 1, 2, 3))
+
+    def step(W1, b1, W2, b2, X, y):
+        value, grads = vg(W1, b1, W2, b2, X, y)
+        return value, tuple(q - 0.01 * g for q, g in zip((W1, b1, W2, b2), grads,
+                                                           strict=True))
+
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in
+              [(96, 64), (64,), (64, 48), (48,), (32, 96)]] + [rng.integers(0, 48, 32)]
+    args = [nb.tensor(a) for a in arrays]
+    f = nb.jit(step, mode="interpret")
+    f(*args)
+    source = codegen.generate(expand(f._entry(tuple(args), {}).graph)).source
+    gemm_key = re.search(r"#   (_native_\d+) = nbgrad\.kernels\.gemm\.gemm ", source).group(1)
+    body = source[source.index("def run_graph"):]
+    calls = re.findall(rf"{gemm_key}\((\w+), (\w+), (\w+)\)", body)
+    views = set(re.findall(r"(\w+) = \w+\.T\n", body))
+    # forward X@W1, h@W2; backward d@W2.T, h.T@d, X.T@d: every product through BLAS
+    assert len(calls) == 5, calls
+    assert sum(a in views or b in views for a, b, _ in calls) == 3, (calls, views)
+    assert "ascontiguousarray" not in body and "np.dot(" not in body

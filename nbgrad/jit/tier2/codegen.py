@@ -243,6 +243,8 @@ class CompiledGraph(Executable):
         self._scratch_lock = threading.Lock()
         self.in_specs = [(v.shape, v.dtype) for v in gen.graph.inputs]
         self.scalar_out = [v.shape == () for v in gen.graph.outputs]
+        #: positions of the 0-d outputs (the entry returns them as 1-element arrays)
+        self._scalar_pos = [k for k, s in enumerate(self.scalar_out) if s]
         self.stats = dict(gen.stats)
         self.fastmath = fastmath
         self._compiled = False
@@ -289,20 +291,17 @@ class CompiledGraph(Executable):
     def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         if not self._compiled:
             self.compile()
-        if len(arrays) != len(self.in_specs):
-            raise TypeError(f"compiled graph: expected {len(self.in_specs)} inputs, got "
+        specs = self.in_specs
+        if len(arrays) != len(specs):
+            raise TypeError(f"compiled graph: expected {len(specs)} inputs, got "
                             f"{len(arrays)}")
-        args = []
-        for k, (a, (shape, dtype)) in enumerate(zip(arrays, self.in_specs, strict=True)):
-            if type(a) is not np.ndarray:
-                a = np.asarray(a)
-            if a.shape != shape:
-                raise ValueError(f"compiled graph: input {k} has shape {a.shape}, the graph "
-                                 f"was built for {shape}")
-            # flags.carray: C-contiguous, aligned and writeable (one flags object, not three)
-            if a.dtype != dtype or not a.flags.carray:
-                a = np.array(a, dtype=dtype, order="C", copy=True)
-            args.append(a)
+        args = list(arrays)
+        for k, (shape, dtype) in enumerate(specs):
+            a = args[k]
+            # the common case in one test (flags.carray: C-contiguous, aligned, writeable)
+            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype or \
+                    not a.flags.carray:
+                args[k] = _prepare(k, a, shape, dtype)
         entry = self.entry
         if entry is not self.serial_entry and not parallel.numba_pool_usable():
             entry = self._serial()
@@ -318,7 +317,10 @@ class CompiledGraph(Executable):
         else:
             outs = entry(*args, *self.const_args,
                          *[np.empty(s, d) for s, d in self.scratch_specs])
-        return [o.reshape(()) if s else o for o, s in zip(outs, self.scalar_out, strict=True)]
+        outs = list(outs)
+        for k in self._scalar_pos:
+            outs[k] = outs[k].reshape(())
+        return outs
 
     def source(self) -> str:
         return self.generated.source
@@ -326,6 +328,19 @@ class CompiledGraph(Executable):
     @property
     def path(self) -> str | None:
         return getattr(self.module, "__file__", None)
+
+
+def _prepare(k: int, a, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Input ``k`` as the C-contiguous, writeable array of ``shape`` and ``dtype`` that the
+    entry's signature takes (a copy where it is not one); ValueError for another shape."""
+    if type(a) is not np.ndarray:
+        a = np.asarray(a)
+    if a.shape != shape:
+        raise ValueError(f"compiled graph: input {k} has shape {a.shape}, the graph "
+                         f"was built for {shape}")
+    if a.dtype != dtype or not a.flags.carray:
+        a = np.array(a, dtype=dtype, order="C", copy=True)
+    return a
 
 
 _REFUSED_WARNED: set[str] = set()

@@ -15,6 +15,7 @@ from . import (
     dtypes,
     jit,  # noqa: E402 - a callable module: nbgrad.jit(f), nbgrad.jit.trace.ir, ...
     linalg,
+    numba_init,
     random,
 )
 from .batching import vmap
@@ -63,6 +64,7 @@ from .version import __version__
 bool = bool_  # noqa: A001 - torch's name for the dtype
 
 cache_guard.install()  # before any kernel loads from Numba's disk cache
+numba_init.install()  # Numba's first compile defers rocket-fft (scipy.fft) to an FFT
 
 #: subpackages imported on first use (``nbgrad.nn.functional.pad(...)`` right after
 #: ``import nbgrad``), so that ``import nbgrad`` does not pay for them

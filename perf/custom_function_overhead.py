@@ -9,7 +9,10 @@ saves ``x`` and its backward returns ``2 * x * g``. Rows: nbgrad eager, nbgrad u
 ``nbgrad.jit`` (the Function forced onto the PythonOp path with ``jit_path = "python"``,
 and on the native path for reference; the jitted step returns the sum, whose
 ``backward()`` runs the graph's backward) in ``mode="compile"`` (tier 2, steady state from
-the first call) and ``mode="interpret"`` (tier 1), and PyTorch eager (CPU). The overhead of the
+the first call) and ``mode="interpret"`` (tier 1), and PyTorch eager (CPU). The PythonOp
+runs as a Python call between native segments (:mod:`nbgrad.jit.segments`); the rows
+"objmode" and "eager step" run it inside the tier's code instead (the path before, built
+with ``segments.ENABLED = False``), for a comparison in one run. The overhead of the
 Function is its row minus the plain-ops row of the same framework and mode. Every row's
 gradient is checked against ``2 x`` before timing. Compare numbers from one run only.
 """
@@ -31,10 +34,13 @@ from .core import interleaved  # noqa: E402
 
 N = 100
 X = np.random.default_rng(0).standard_normal(N)
+#: calls before timing: trace, compile, promote and measure
+WARMUP = 30
 
 
 def nbgrad_rows() -> dict[str, Callable]:
     import nbgrad as nb
+    from nbgrad.jit import segments
 
     class Square(nb.autograd.Function):
         @staticmethod
@@ -62,13 +68,20 @@ def nbgrad_rows() -> dict[str, Callable]:
             return x.grad.numpy()
         return run
 
-    def jit_step(f, mode):
+    def jit_step(f, mode, segmented=True):
         jf = nb.jit(lambda t: f(t).sum(), mode=mode)
 
         def run():
             x.grad = None
             jf(x).backward()
             return x.grad.numpy()
+        if not segmented:  # built (trace, compile, measure) with the segmented path off
+            saved, segments.ENABLED = segments.ENABLED, False
+            try:
+                for _ in range(WARMUP):
+                    run()
+            finally:
+                segments.ENABLED = saved
         return run
 
     return {
@@ -76,9 +89,13 @@ def nbgrad_rows() -> dict[str, Callable]:
         "nbgrad eager, Function": step(Square.apply),
         "nbgrad jit, plain ops": jit_step(lambda t: t * t, "compile"),
         "nbgrad jit, Function (PythonOp)": jit_step(SquarePy.apply, "compile"),
+        "nbgrad jit, Function (PythonOp, objmode)": jit_step(SquarePy.apply, "compile",
+                                                             segmented=False),
         "nbgrad jit, Function (native)": jit_step(SquareNative.apply, "compile"),
         "nbgrad jit tier 1, plain ops": jit_step(lambda t: t * t, "interpret"),
         "nbgrad jit tier 1, Function (PythonOp)": jit_step(SquarePy.apply, "interpret"),
+        "nbgrad jit tier 1, Function (PythonOp, eager step)": jit_step(
+            SquarePy.apply, "interpret", segmented=False),
     }
 
 
@@ -113,8 +130,10 @@ def torch_rows() -> dict[str, Callable]:
 #: (Function row, plain-ops row) pairs whose difference is the Function overhead
 PAIRS = (("nbgrad eager, Function", "nbgrad eager, plain ops"),
          ("nbgrad jit, Function (PythonOp)", "nbgrad jit, plain ops"),
+         ("nbgrad jit, Function (PythonOp, objmode)", "nbgrad jit, plain ops"),
          ("nbgrad jit, Function (native)", "nbgrad jit, plain ops"),
          ("nbgrad jit tier 1, Function (PythonOp)", "nbgrad jit tier 1, plain ops"),
+         ("nbgrad jit tier 1, Function (PythonOp, eager step)", "nbgrad jit tier 1, plain ops"),
          ("torch eager, Function", "torch eager, plain ops"))
 
 
@@ -129,17 +148,17 @@ def main(argv=None) -> int:
         except ImportError as exc:
             print(f"not installed: {exc.name}; left out")
     for name, fn in rows.items():
-        for _ in range(30):  # trace, compile, promote
+        for _ in range(WARMUP):  # trace, compile, promote
             got = fn()
         if not np.allclose(got, 2 * X, rtol=1e-12, atol=0):
             raise SystemExit(f"{name}: wrong gradient")
     times = interleaved(rows, args.rounds)
     med = {name: statistics.median(t) for name, t in times.items()}
-    print(f"{'row (forward + sum().backward(), 100 float64)':48s} {'median us':>10s}")
+    print(f"{'row (forward + sum().backward(), 100 float64)':52s} {'median us':>10s}")
     for name in rows:
-        print(f"{name:48s} {med[name] * 1e6:10.1f}")
+        print(f"{name:52s} {med[name] * 1e6:10.1f}")
     print()
-    print(f"{'Function overhead (row - plain ops)':48s} {'us':>10s} {'/ torch':>8s}")
+    print(f"{'Function overhead (row - plain ops)':52s} {'us':>10s} {'/ torch':>8s}")
     torch_ovh = None
     if PAIRS[-1][0] in med:
         torch_ovh = med[PAIRS[-1][0]] - med[PAIRS[-1][1]]
@@ -148,7 +167,7 @@ def main(argv=None) -> int:
             continue
         ovh = med[fn_row] - med[plain]
         ratio = f"{ovh / torch_ovh:8.2f}" if torch_ovh else f"{'-':>8s}"
-        print(f"{fn_row:48s} {ovh * 1e6:10.1f} {ratio}")
+        print(f"{fn_row:52s} {ovh * 1e6:10.1f} {ratio}")
     return 0
 
 

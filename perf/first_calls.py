@@ -1,6 +1,7 @@
 """The first 20 calls, compile included, and the steady state of each jit tier.
 
     python -m perf.first_calls [first] [-w W3,W5] [-f nbgrad:jit,jax:jit] [--calls 20]
+        [--timeline]
     python -m perf.first_calls steady [-w W1,W2,W3,W4,W5,W6] [--rounds 5]
 
 ``first``: each row runs in a fresh process (one thread) that imports its framework
@@ -12,7 +13,9 @@ folders (nbgrad's one-time kernel and interpreter builds are included); ``instal
 fills them first by running the same workload under ``mode="interpret"`` in another
 process (nbgrad's kernels cached, as after any earlier use, but this graph never
 compiled with tier 2); ``warm`` reruns with the folders the cold row filled. JAX has
-no persistent cache here, so its rows are the same in every state.
+no persistent cache here, so its rows are the same in every state. ``--timeline`` also
+prints each call of the nbgrad rows: its time, the tier its signatures were in after it,
+and when tier-2 promotions started and ended (seconds from the first call's start).
 
 ``steady``: per workload one process builds the step under ``mode="interpret"`` and
 ``mode="compile"``, warms both, then times them in interleaved rounds
@@ -72,15 +75,40 @@ def _first_child(spec: dict) -> dict:
     params = mod.SIZES[spec["size"]]
     inputs = mod.make_inputs(params)
     step = impl.build(inputs, params)
-    times = []
+    events: list = []
+    if fw == "nbgrad" and spec.get("timeline"):
+        _record_promotions(events)
+    times, tiers = [], []
+    start = time.perf_counter()
+    events.append(start)
     for _ in range(spec["calls"]):
         t = time.perf_counter()
         step()
         times.append(time.perf_counter() - t)
+        if fw == "nbgrad" and spec.get("timeline"):
+            tiers.append(" ".join(_nbgrad_tiers(step)))
     out = {"import_s": import_s, "times": times, "total_s": sum(times)}
     if fw == "nbgrad":
         out["tiers"] = _nbgrad_tiers(step)
+    if tiers:
+        out["timeline"] = {"tiers": tiers, "promotions": [
+            (what, t - start) for what, t in events[1:] if t >= start]}
     return out
+
+
+def _record_promotions(events: list) -> None:
+    """Append ``(what, perf_counter time)`` as each tier-2 promotion starts and ends."""
+    from nbgrad.jit import program
+
+    real = program.Program._promote
+
+    def promote(self):
+        events.append(("promotion start", time.perf_counter()))
+        try:
+            real(self)
+        finally:
+            events.append((f"promotion end ({self.tier})", time.perf_counter()))
+    program.Program._promote = promote
 
 
 def _old_policy() -> None:
@@ -153,7 +181,7 @@ def _spawn(kind: str, spec: dict, env: dict) -> dict:
 
 
 def first_calls(workloads: list[str], impls: list[str], caches: list[str], calls: int,
-                size: str, policy: str = "new") -> list[dict]:
+                size: str, policy: str = "new", timeline: bool = False) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="perf-first-") as scratch:
         for w in workloads:
@@ -164,7 +192,7 @@ def first_calls(workloads: list[str], impls: list[str], caches: list[str], calls
                     # warm reuses what the cold row filled (empty if there was none)
                     cache = Path(scratch) / f"{tag}-{'cold' if state == 'warm' else state}"
                     spec = {"workload": w, "impl": impl, "calls": calls, "size": size,
-                            "policy": policy}
+                            "policy": policy, "timeline": timeline}
                     if state == "installed":  # the interpreter built, as after any use
                         _spawn(CHILD_FIRST, {**spec, "impl": "nbgrad:jit-interpret",
                                              "calls": 3},
@@ -186,6 +214,17 @@ def _print_first(r: dict) -> None:
           f"first {t[0]:7.3f} s  calls 2-{len(t)} {sum(t[1:]):7.3f} s  "
           f"total {r['total_s']:7.3f} s  last {t[-1] * 1e3:8.2f} ms  "
           f"{' '.join(r.get('tiers', []))}", flush=True)
+    line = r.get("timeline")
+    if line:
+        events = sorted((t, what) for what, t in line["promotions"])
+        clock = 0.0
+        for k, (dt, tier) in enumerate(zip(t, line["tiers"], strict=True)):
+            while events and events[0][0] <= clock + dt:
+                print(f"      {events[0][0]:7.3f} s  {events.pop(0)[1]}")
+            clock += dt
+            print(f"      {clock:7.3f} s  call {k + 1:2d} {dt * 1e3:8.1f} ms  {tier}")
+        for at, what in events:
+            print(f"      {at:7.3f} s  {what}")
 
 
 def steady(workloads: list[str], rounds: int, block_s: float, size: str) -> list[dict]:
@@ -227,12 +266,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", default="new", choices=("new", "old"),
                         help="first: nbgrad's promotion policy (old: 3 calls and 0.25 s in "
                              "tier 1, tier 2 kept unmeasured)")
+    parser.add_argument("--timeline", action="store_true",
+                        help="first: print every call of the nbgrad rows, with its tier and "
+                             "when promotions started and ended")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     args = parser.parse_args(argv)
     if args.what == "first":
         ws = (args.workloads or "W3,W5").split(",")
         rows = first_calls(ws, args.impls.split(","), args.caches.split(","), args.calls,
-                           args.size, args.policy)
+                           args.size, args.policy, args.timeline)
     else:
         ws = (args.workloads or "W1,W2,W3,W4,W5,W6").split(",")
         rows = steady(ws, args.rounds, args.block_s, args.size)

@@ -33,7 +33,7 @@ ROOT = Path(nbgrad.__file__).resolve().parent
 #: from a unit of a lower layer. Units in one layer do not import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("nbgrad.errors", "nbgrad.version", "nbgrad.dtypes", "nbgrad.device", "nbgrad.grad_mode",
-     "nbgrad.pytree", "nbgrad.cache_guard"),
+     "nbgrad.pytree", "nbgrad.cache_guard", "nbgrad.numba_init"),
     ("nbgrad.codegen",),
     ("nbgrad.table",),
     ("nbgrad.kernels",),

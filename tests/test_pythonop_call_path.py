@@ -108,3 +108,87 @@ def test_two_python_ops_in_one_graph_share_the_owner_array():
     del loss  # no backward: released with the outputs
     assert htable.live_contexts() == 0
     assert not htable._OWNER_REFS
+
+
+class Cube(Function):
+    """Records its calls (their order is the program's)."""
+
+    jit_path = "python"
+    calls: list = []
+
+    @staticmethod
+    def forward(ctx, x):
+        Cube.calls.append("Cube")
+        ctx.save_for_backward(x)
+        return x * x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 3 * x * x * g
+
+
+class Twice(Function):
+    jit_path = "python"
+
+    @staticmethod
+    def forward(ctx, x):
+        Cube.calls.append("Twice")
+        return x * 2.0
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2.0
+
+
+@pytest.mark.parametrize("mode", ["interpret", "compile"])
+def test_python_ops_are_python_calls_between_native_segments(mode):
+    """``nbgrad.jit.segments``: no objmode block, no eager step; native nodes in the
+    earliest segment (two native calls around two PythonOps), PythonOps in program order."""
+    from nbgrad.jit.segments import SegmentedExecutable
+
+    def f(t):
+        return (Cube.apply(t * 0.5) + Twice.apply(t * 3.0)).sum()
+
+    x0 = np.linspace(-1.0, 2.0, 7)
+    jf = nb.jit(f, mode=mode)
+    for k in range(3):  # the trace, then the compiled forward and backward
+        Cube.calls.clear()
+        x = nb.tensor(x0, requires_grad=True)
+        loss = jf(x)
+        loss.backward()
+        assert k == 0 or Cube.calls == ["Cube", "Twice"]  # once each, in order
+        np.testing.assert_allclose(loss.item(), np.sum((x0 / 2) ** 3 + 6 * x0), rtol=1e-14)
+        np.testing.assert_allclose(x.grad.numpy(), 0.375 * x0 ** 2 + 6.0, rtol=1e-14)
+    entry = next(iter(jf._cache.values()))
+    for role, calls in (("fwd", 2), ("bwd", 2)):
+        exe = entry.executable(role)
+        assert isinstance(exe, SegmentedExecutable) and exe.tier == mode
+        assert exe.stats["python_calls"] == calls and exe.stats["segments"] <= 2
+        assert "objmode(" not in exe.source() and "EAGER" not in exe.source()
+    assert entry.executable("fwd").stats["segments"] == 2  # mul, mul | add, sum
+
+
+def test_python_op_calls_are_thread_safe():
+    import threading
+
+    jf = nb.jit(lambda t: (Square.apply(t) * 1.5).sum(), mode="compile")
+    jf(nb.tensor(np.ones(3), requires_grad=True)).backward()
+    errors = []
+
+    def work(k):
+        try:
+            for j in range(20):
+                x0 = np.arange(3.0) + k + j
+                x = nb.tensor(x0, requires_grad=True)
+                jf(x).backward()
+                np.testing.assert_array_equal(x.grad.numpy(), 3.0 * x0)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors

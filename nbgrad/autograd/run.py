@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..factories import tensor, zeros
 from ..ops import ones_like
-from ..tensor import Tensor
+from ..tensor import STATE_TRACE, Tensor
 from .engine import GraphTask
 from .node import accumulate_into, gradient_edge
 
@@ -84,8 +84,14 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
         if not t._requires_grad:
             raise RuntimeError(f"inputs[{i}] does not require grad")
     roots = _root_gradients(outs, gos, create_graph)
-    edges = [gradient_edge(t) for t in ins]
-    results = GraphTask(retain_graph, create_graph, capture=edges).run(roots)
+    results = None
+    tracer = STATE_TRACE.tracer
+    if tracer is not None and not create_graph and ins:  # nbgrad.jit is tracing
+        implicit = [not gos or gos[k] is None for k in range(len(outs))]
+        results = tracer.traced_grad(outs, roots, implicit, ins, retain_graph)
+    if results is None:
+        edges = [gradient_edge(t) for t in ins]
+        results = GraphTask(retain_graph, create_graph, capture=edges).run(roots)
     out = []
     for i, (t, g) in enumerate(zip(ins, results, strict=True)):
         if g is None:

@@ -48,8 +48,9 @@ from .program import Program
 from .reference import replay
 from .trace.autodiff import reached_inputs, split_vjp
 from .trace.ir import Graph, check, exact_key, format_graph
-from .trace.passes import optimize
+from .trace.passes import dce, optimize
 from .trace.reroll import reroll
+from .trace.traced_grad import traced_grad  # noqa: F401 - registers with the tracer
 from .trace.tracer import Tracer, gc_paused, run_traced
 
 MODES = ("auto", "interpret", "compile", "reference")
@@ -232,7 +233,9 @@ class Jitted:
                    for leaf in sig.leaves) or any(t._device.type == "cuda" for t in implicit)
         check(graph)
         if not cuda:  # (the CUDA executor runs no loop nodes)
-            graph = reroll(graph)
+            # dead code first: e.g. the unrolled forward whose gradient was taken from
+            # its re-rolled copy (nbgrad.jit.trace.traced_grad) is not re-rolled again
+            graph = reroll(dce(graph))
             check(graph)
         entry = _Entry(self, graph, dynamic, implicit, tuple(rg), out_spec, out_leaves,
                        out_pos, tuple(diff), tracer.frozen_alive(), cuda)

@@ -41,15 +41,20 @@ class Joint:
     grads: list[Var | None]      # gradient vars, None where an input was unused
     #: output k -> the inputs its cotangent reaches (:func:`reached_inputs`, cached)
     reach: dict[int, frozenset[int]] | None = field(default=None, repr=False)
+    #: the gradients' values (None where unused), when ``cotangents`` were given
+    values: list[np.ndarray | None] | None = field(default=None, repr=False)
 
 
 def joint_graph(graph: Graph, rg: Sequence[bool], example: Sequence[np.ndarray],
-                out_mask: Sequence[bool] | None = None) -> Joint:
+                out_mask: Sequence[bool] | None = None,
+                cotangents: Sequence[np.ndarray] | None = None) -> Joint:
     """Trace the joint forward/backward graph of ``graph``.
 
     ``rg[i]``: input ``i`` is differentiated (floating inputs only); ``example``: values
     for the inputs (shapes and dtypes are what matter; values steer nothing);
-    ``out_mask[k]``: output ``k`` may receive a cotangent (default: all).
+    ``out_mask[k]``: output ``k`` may receive a cotangent (default: all);
+    ``cotangents``: per output, the cotangent's value (then ``Joint.values`` holds the
+    gradients' values; default: ones, values not kept).
     """
     tracer = Tracer(implicit_inputs=False, cut_gradients=False)
     leaves = []
@@ -65,7 +70,9 @@ def joint_graph(graph: Graph, rg: Sequence[bool], example: Sequence[np.ndarray],
         diff = [k for k, o in enumerate(outs)
                 if o._requires_grad and (out_mask is None or out_mask[k])
                 and o.dtype.kind == "f"]
-        cts = [Tensor._make(np.ones(outs[k].shape, outs[k].dtype)) for k in diff]
+        cts = [Tensor._make(np.ones(outs[k].shape, outs[k].dtype) if cotangents is None
+                            else np.array(cotangents[k], dtype=outs[k].dtype, copy=True))
+               for k in diff]
         ct_vars = [tracer.add_input(t) for t in cts]
         wrt = [i for i, t in enumerate(leaves) if t._requires_grad]
         if diff and wrt:
@@ -75,7 +82,8 @@ def joint_graph(graph: Graph, rg: Sequence[bool], example: Sequence[np.ndarray],
             grads = [None] * len(wrt)
         out_vars = [tracer.var_of(o) for o in outs]
         grad_vars = [None if g is None else tracer.var_of(g) for g in grads]
-    return Joint(tracer.graph, in_vars, out_vars, diff, ct_vars, wrt, grad_vars)
+    values = None if cotangents is None else [None if g is None else g._data for g in grads]
+    return Joint(tracer.graph, in_vars, out_vars, diff, ct_vars, wrt, grad_vars, values=values)
 
 
 def partial_eval(joint: Joint) -> tuple[list[Node], list[Node], list[Var]]:

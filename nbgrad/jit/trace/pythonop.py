@@ -27,7 +27,9 @@ Runtime's ``com.microsoft`` PythonOp and PythonOpGrad:
     mode does (wrong count or shape raise the same errors).
 
 Context handles live in :mod:`nbgrad.jit.trace.handles` (a counter-keyed table, never
-addresses).
+addresses), the attribute values in :mod:`nbgrad.jit.trace.pythonop_attrs`. A graph's
+top-level PythonOps run through :func:`run_forward` and :func:`run_backward` as Python
+calls between native segments (:mod:`nbgrad.jit.segments`).
 
 Errors raised by the user's ``forward`` or ``backward`` reach the caller as the original
 exception, with the Function's name added to the message.
@@ -35,8 +37,6 @@ exception, with the Function's name added to the message.
 
 from __future__ import annotations
 
-import itertools
-import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -61,180 +61,24 @@ from .ir import (
     check,
     type_str,
 )
+from .pythonop_attrs import (  # noqa: F401 - the node attributes, used from here too
+    ONNX_TYPES,
+    FnRef,
+    ObjRef,
+    _needs_input_grad,
+    argument_attrs,
+    fn_ref,
+    kwargs_attr,
+    obj_ref,
+    onnx_type,
+    qualified_name,
+    rebuild_args,
+)
 from .tracer import stop_gradient
 
-__all__ = ["PythonOpBackward", "run_node"]
+__all__ = ["PythonOpBackward", "RunPlan", "run_backward", "run_forward", "run_node"]
 
-#: ONNX TensorProto data type codes of the dtypes nbgrad uses
-ONNX_TYPES = {"float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6,
-              "int64": 7, "bool": 9, "float16": 10, "float64": 11, "uint32": 12,
-              "uint64": 13, "complex64": 14, "complex128": 15}
 _CTX_FIELDS = frozenset(vars(FunctionCtx()))
-
-
-def onnx_type(dtype: np.dtype) -> int:
-    """The ONNX TensorProto type code of ``dtype`` (0 if it has none)."""
-    return ONNX_TYPES.get(np.dtype(dtype).name, 0)
-
-
-# ------------------------------------------------------------------ attribute values
-class FnRef:
-    """The Function class of a node, by reference. Its ``repr`` (hashed with the graph) is
-    ``<Function module.qualname#k>``: ``k`` counts earlier classes of the same name in
-    this process, so redefining a class gives new graphs and the first definition gets
-    the same hash in every process."""
-
-    __slots__ = ("fn", "tag")
-
-    def __init__(self, fn: type, tag: str) -> None:
-        self.fn = fn
-        self.tag = tag
-
-    def __repr__(self) -> str:
-        return self.tag
-
-
-_FN_REFS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_FN_COUNT: dict[str, int] = {}
-_REF_LOCK = threading.Lock()
-
-
-def qualified_name(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def fn_ref(cls: type) -> FnRef:
-    with _REF_LOCK:
-        ref = _FN_REFS.get(cls)
-        if ref is None:
-            name = qualified_name(cls)
-            k = _FN_COUNT.get(name, 0)
-            _FN_COUNT[name] = k + 1
-            ref = _FN_REFS[cls] = FnRef(cls, f"<Function {name}#{k}>")
-        return ref
-
-
-class ObjRef:
-    """A non-tensor argument kept by reference (ONNX Runtime's pointer scalars)."""
-
-    __slots__ = ("obj", "tag")
-
-    def __init__(self, obj: Any, tag: str) -> None:
-        self.obj = obj
-        self.tag = tag
-
-    def __repr__(self) -> str:
-        return self.tag
-
-
-_STABLE_REPR = (type(None), bool, str, bytes, complex, int, float, np.generic)
-_OBJ_TAGS: dict[int, tuple[Any, str]] = {}
-_OBJ_COUNT = itertools.count()
-
-
-def obj_ref(obj: Any) -> ObjRef:
-    """``obj`` by reference; the same object gets the same tag within a process."""
-    if isinstance(obj, _STABLE_REPR) or (isinstance(obj, tuple) and all(
-            isinstance(x, _STABLE_REPR) for x in obj)):
-        return ObjRef(obj, repr(obj))
-    with _REF_LOCK:
-        entry = _OBJ_TAGS.get(id(obj))
-        if entry is not None:
-            held = entry[0]() if isinstance(entry[0], weakref.ref) else entry[0]
-            if held is obj:
-                return ObjRef(obj, entry[1])
-        tag = f"<{type(obj).__qualname__} object #{next(_OBJ_COUNT)}>"
-        try:
-            holder: Any = weakref.ref(obj)
-        except TypeError:
-            holder = obj  # not weakly referenceable: kept (traces are few)
-        _OBJ_TAGS[id(obj)] = (holder, tag)
-        return ObjRef(obj, tag)
-
-
-def argument_attrs(args: Sequence[Any]) -> dict[str, Any]:
-    """``input_convention`` and the non-tensor arguments by kind and position."""
-    conv = []
-    kinds: dict[str, list] = {k: [] for k in (
-        "input_int_scalars", "input_int_scalar_positions", "input_float_scalars",
-        "input_float_scalar_positions", "input_int_tuples", "input_int_tuple_positions",
-        "input_int_tuple_begins", "input_float_tuples", "input_float_tuple_positions",
-        "input_float_tuple_begins", "input_pointer_scalars",
-        "input_pointer_scalar_positions")}
-    for i, a in enumerate(args):
-        if isinstance(a, Tensor):
-            conv.append("d")
-            continue
-        conv.append("c")
-        if type(a) is int:
-            kinds["input_int_scalars"].append(a)
-            kinds["input_int_scalar_positions"].append(i)
-        elif type(a) is float:
-            kinds["input_float_scalars"].append(a)
-            kinds["input_float_scalar_positions"].append(i)
-        elif type(a) is tuple and a and all(type(x) is int for x in a):
-            kinds["input_int_tuple_begins"].append(len(kinds["input_int_tuples"]))
-            kinds["input_int_tuples"].extend(a)
-            kinds["input_int_tuple_positions"].append(i)
-        elif type(a) is tuple and a and all(type(x) is float for x in a):
-            kinds["input_float_tuple_begins"].append(len(kinds["input_float_tuples"]))
-            kinds["input_float_tuples"].extend(a)
-            kinds["input_float_tuple_positions"].append(i)
-        else:
-            kinds["input_pointer_scalars"].append(obj_ref(a))
-            kinds["input_pointer_scalar_positions"].append(i)
-    attrs: dict[str, Any] = {"input_convention": "".join(conv)}
-    for k, v in kinds.items():
-        if v:
-            attrs[k] = tuple(v)
-    return attrs
-
-
-def _tuples(flat: Sequence, begins: Sequence[int]) -> list[tuple]:
-    if not begins:
-        return []
-    ends = list(begins[1:]) + [len(flat)]
-    return [tuple(flat[b:e]) for b, e in zip(begins, ends, strict=True)]
-
-
-def rebuild_args(attrs: dict[str, Any], tensors: Sequence[Any]) -> tuple[tuple, dict]:
-    """The ``apply`` arguments of a node: ``tensors`` at the ``'d'`` positions, the kept
-    non-tensor values at the others."""
-    conv = attrs["input_convention"]
-    args: list[Any] = [None] * len(conv)
-    it = iter(tensors)
-    for i, c in enumerate(conv):
-        if c == "d":
-            args[i] = next(it)
-    g = attrs.get
-    for p, v in zip(g("input_int_scalar_positions", ()), g("input_int_scalars", ()),
-                    strict=True):
-        args[p] = v
-    for p, v in zip(g("input_float_scalar_positions", ()), g("input_float_scalars", ()),
-                    strict=True):
-        args[p] = v
-    for p, v in zip(g("input_int_tuple_positions", ()),
-                    _tuples(g("input_int_tuples", ()), g("input_int_tuple_begins", ())),
-                    strict=True):
-        args[p] = v
-    for p, v in zip(g("input_float_tuple_positions", ()),
-                    _tuples(g("input_float_tuples", ()), g("input_float_tuple_begins", ())),
-                    strict=True):
-        args[p] = v
-    for p, r in zip(g("input_pointer_scalar_positions", ()), g("input_pointer_scalars", ()),
-                    strict=True):
-        args[p] = r.obj
-    kwargs = {k: r.obj for k, r in g("#kwargs", ())}
-    return tuple(args), kwargs
-
-
-def kwargs_attr(kwargs: dict) -> tuple:
-    return tuple((k, obj_ref(v)) for k, v in kwargs.items())
-
-
-def _needs_input_grad(attrs: dict[str, Any]) -> tuple[bool, ...]:
-    req = iter(attrs["input_requires_grads"])
-    return tuple(bool(next(req)) if c == "d" else False for c in attrs["input_convention"])
 
 
 # ------------------------------------------------------------------ calling user code
@@ -583,9 +427,9 @@ def run_node(node: Node, arrays: Sequence[np.ndarray | None],
     tier 2's call back into Python do (fresh output arrays). ``plan``: ``node``'s
     :func:`run_plan`, made once by a caller that runs the node many times."""
     if node.op == PYTHON_OP:
-        return _run_forward(plan or RunPlan(node), arrays)
+        return run_forward(plan or RunPlan(node), arrays)
     if node.op == PYTHON_OP_GRAD:
-        return _run_backward(plan or RunPlan(node), arrays)
+        return run_backward(plan or RunPlan(node), arrays)
     if node.op in MARKERS:
         return [np.array(arrays[0], copy=True)]
     tensors = [None if a is None else Tensor._make(np.array(a, dtype=v.dtype, copy=True)
@@ -607,7 +451,7 @@ class RunPlan:
 
     __slots__ = ("node", "cls", "name", "in_specs", "args", "tensor_pos", "kwargs",
                  "needs_input_grad", "expect", "checker", "n", "zero_specs", "out_specs",
-                 "direct", "one_out")
+                 "direct", "one_out", "one_grad")
 
     def __init__(self, node: Node) -> None:
         a = node.attrs
@@ -636,6 +480,11 @@ class RunPlan:
             it = iter(node.outputs)
             self.out_specs = [(next(it), k) for k, r in
                               enumerate(a["output_tensor_requires_grads"]) if r]
+            #: one tensor argument, which requires grad: the (shape, dtype) its gradient
+            #: must have to pass ``check_gradients`` unchanged, else None
+            self.one_grad = ((self.out_specs[0][0].shape, self.out_specs[0][0].dtype)
+                             if a["output_convention"] == "d" and len(self.out_specs) == 1
+                             else None)
 
 
 def run_plan(node: Node) -> RunPlan | None:
@@ -653,7 +502,10 @@ def _tensor_of(arr, spec: tuple) -> Tensor:
     return wrap_array(np.array(arr, dtype=spec[1], copy=True).reshape(spec[0]))
 
 
-def _run_forward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
+def run_forward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
+    """Run a PythonOp node (``plan``'s) on arrays: the user's ``forward`` on private
+    copies, with a fresh ctx, no tracer and grad mode off; returns the handle (0-d int64)
+    and C-contiguous copies of the outputs. Errors name the Function."""
     cls = plan.cls
     if plan.direct:
         args = [_tensor_of(x, spec) for x, spec in zip(arrays, plan.in_specs, strict=True)]
@@ -663,21 +515,39 @@ def _run_forward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
             args[pos] = None if x is None else _tensor_of(x, spec)
     ctx = FunctionCtx()
     ctx.needs_input_grad = plan.needs_input_grad
-    raw = user_call(cls, "forward", cls.forward, ctx, *args, **plan.kwargs)
+    # user_call(), inlined (a call of this runs per PythonOp per call)
+    prev, prev_grad = STATE_TRACE.tracer, STATE.grad_enabled
+    STATE_TRACE.tracer = None
+    STATE.grad_enabled = False
+    try:
+        raw = cls.forward(ctx, *args, **plan.kwargs)
+    except TracerError:
+        raise
+    except Exception as exc:
+        annotate(exc, cls, "forward")
+        raise
+    finally:
+        STATE.grad_enabled = prev_grad
+        STATE_TRACE.tracer = prev
     one = plan.one_out
     if one is not None and type(raw) is Tensor and raw._data.shape == one[0] and \
             raw._data.dtype == one[1]:
-        outs = [raw]  # the common case of the checks below
+        outs = [raw._data.copy()]  # the common case of the checks below
     else:
         outs = output_list(cls, raw)
         _check_outputs(cls, outs, plan.expect)
+        outs = [o._data.copy() for o in outs]  # C-contiguous copies
     h = HANDLES.register(ctx, plan.name)
     harr = np.asarray(h, np.int64)
     own(h, harr)
-    return [harr] + [o._data.copy() for o in outs]  # C-contiguous copies
+    return [harr] + outs
 
 
-def _run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
+def run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
+    """Run a PythonOpGrad node (``plan``'s) on arrays: the user's ``backward`` with the
+    ctx of the handle ``arrays[0]`` on private copies of the gradients (zeros for absent
+    ones unless the ctx says otherwise), its result checked as eager mode does; returns
+    copies of the gradients of the inputs that require grad."""
     cls = plan.cls
     if len(arrays) != len(plan.in_specs):
         raise ValueError(f"PythonOpGrad of {plan.name}: {len(arrays)} inputs, the node has "
@@ -695,7 +565,25 @@ def _run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
             grads.append(Tensor._make(np.zeros(*zero)))
         else:
             grads.append(None)
-    checked = user_call(cls, "backward", _checked_backward, plan.checker, ctx, grads)
+    # user_call(), inlined
+    prev, prev_grad = STATE_TRACE.tracer, STATE.grad_enabled
+    STATE_TRACE.tracer = None
+    STATE.grad_enabled = False
+    try:
+        result = cls.backward(ctx, *grads)
+        one = plan.one_grad
+        if one is not None and type(result) is Tensor and result._data.shape == one[0] \
+                and result._data.dtype == one[1]:
+            return [result._data.copy()]  # the common case of check_gradients
+        checked = plan.checker.check_gradients(result)
+    except TracerError:
+        raise
+    except Exception as exc:
+        annotate(exc, cls, "backward")
+        raise
+    finally:
+        STATE.grad_enabled = prev_grad
+        STATE_TRACE.tracer = prev
     outs = []
     for v, k in plan.out_specs:
         g = checked[k]
@@ -708,11 +596,6 @@ def _run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
     return outs
 
 
-def _checked_backward(checker: BackwardFunction, ctx: FunctionCtx, grads: list) -> list:
-    """The user's ``backward``, its result checked as eager mode does."""
-    return checker.check_gradients(checker.fn_cls.backward(ctx, *grads))
-
-
 def fallback_callable(node: Node) -> Callable:
     """What tier 2's generated code calls back (through ``objmode``) to run ``node``:
     arrays of the present inputs in, a tuple of output arrays (0-d as 1 element) out."""
@@ -722,7 +605,7 @@ def fallback_callable(node: Node) -> Callable:
     if plan is not None and None not in specs:
         # the common case: every input present, the plan's runner called directly (it
         # copies what it hands to user code and returns fresh arrays of the node's dtypes)
-        runner = _run_forward if node.op == PYTHON_OP else _run_backward
+        runner = run_forward if node.op == PYTHON_OP else run_backward
 
         def call_plan(*args):
             return tuple([r if r.shape == s and r.dtype == dt and r.flags.c_contiguous

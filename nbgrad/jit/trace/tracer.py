@@ -53,6 +53,9 @@ from .ir import STOP_GRADIENT, Graph, Node, Var
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _SMALL = 64  # constants with at most this many elements are shared by value
+#: :meth:`Tracer.traced_grad`'s implementation, registered by :mod:`.traced_grad` (which
+#: differentiates with a Tracer, so this module cannot import it)
+GRAD_FROM_REROLL: list[Callable] = []
 
 
 def _differentiated(t: Tensor) -> bool:
@@ -427,6 +430,13 @@ class Tracer:
         """Record a custom Function: natively or as a PythonOp (:mod:`.function_trace`)."""
         from .function_trace import trace_function  # cyclic (see wants_function)
         return trace_function(self, cls, args, kwargs)
+
+    def traced_grad(self, outs: tuple, roots: list, implicit: list[bool], ins: tuple,
+                    retain_graph: bool) -> list | None:
+        """``autograd.grad`` of ``outs`` w.r.t. ``ins`` recorded from the re-rolled forward,
+        or None: the engine runs (see :mod:`.traced_grad`)."""
+        return GRAD_FROM_REROLL[0](self, outs, roots, implicit, ins, retain_graph) \
+            if GRAD_FROM_REROLL else None
 
     def alias(self, new: Tensor, old: Tensor) -> None:
         """``new`` holds a copy of ``old``'s value (used by the engine's ``.grad`` copies)."""

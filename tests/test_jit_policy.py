@@ -212,29 +212,3 @@ def test_the_call_after_promoting_cached_code_waits_for_it_boundedly(rng, estima
     other.run("main", graph_of, arrays)
     assert other.tier == program.PROMOTING and len(waits) == 1
 
-
-def test_a_graph_heavy_by_its_size_promotes_as_its_first_tier1_run_starts(
-        rng, estimate, monkeypatch):
-    """Elements times EARLY_S_PER_ELEMENT over HEAVY_FRACTION of the compile estimate: the
-    promotion starts before the first tier-1 run (it compiles beside it); a small graph
-    waits for its runs' times."""
-    graph_of, arrays = _graph(rng)
-    monkeypatch.setattr(timing, "clock", lambda: 0.0)  # runs take no time: not hot by time
-    elements = program.work(graph_of("main"))
-    assert elements >= 6  # the graph writes at least its 6-element sin
-    started = []
-    real = TapeExecutable.run
-    monkeypatch.setattr(TapeExecutable, "run",
-                        lambda self, a: (started.append(list(estimate)), real(self, a))[1])
-    small = program.Program("auto", False, "test.f")
-    small.run("main", graph_of, arrays)
-    assert estimate == [] and started == [[]] and small.tier == "interpret"
-
-    monkeypatch.setattr(program, "EARLY_S_PER_ELEMENT", 2.0 / 40 / elements)
-    ready = []  # the interpreter loads before the compile takes Numba's lock
-    monkeypatch.setattr(TapeExecutable, "native_ready", lambda self: ready.append(
-        list(estimate)) or True)
-    heavy = program.Program("auto", False, "test.f")
-    heavy.run("main", graph_of, arrays)
-    assert ready[0] == [] and started[-1] == [heavy] and heavy.tier == program.PROMOTING
-    assert heavy.calls == 1

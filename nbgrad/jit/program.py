@@ -12,8 +12,7 @@ CUDA kernels (:mod:`nbgrad.jit.cuda.fusion`). Generated code comes wrapped in a
 (from the jit mode); in ``mode="auto"`` promotion to tier 2 by time spent in tier 1
 (:meth:`Program.hot`: as in ski rental, once the runs have cost about what compiling is
 expected to cost, :func:`compile_estimate`; at once for a graph whose one run costs a
-noticeable part of that, as its first tier-1 run starts where its size says so,
-:meth:`Program.heavy_ahead`), compiled in a background thread (:meth:`Program.promote`;
+noticeable part of that), compiled in a background thread (:meth:`Program.promote`;
 tier 1 runs meanwhile); the swap to generated code once its first result agreed with
 tier 1; then the measurement (:meth:`Program.measure`): tier 2 stays only if its runs
 measured faster than tier 1's (``mode="compile"`` times a few tier-1 runs for it), else
@@ -44,7 +43,7 @@ from .tier1.lowering import build_tape, loop_executable
 from .tier2 import codegen
 from .trace.function_trace import expand
 from .trace.handles import owning
-from .trace.ir import LOOP, Graph, LoopInfo
+from .trace.ir import Graph, LoopInfo
 from .verify import TIER1_MISMATCH, Checked, OnHost, checked
 
 #: calls run in tier 1 (the call that traces is not one) before ``mode="auto"`` may
@@ -64,11 +63,6 @@ COMPILE_CACHED_S = 0.05
 #: promoted after its first call in tier 1; a 0.1 ms graph once its calls have cost
 #: the compile estimate, after about ten thousand calls)
 HEAVY_FRACTION = 1 / 40
-#: seconds per element a tier-1 run is expected to cost at least (tier 1 measured 1.8-2.7
-#: ns per element and op on W3 and W5): a graph whose elements (:func:`work`) times this
-#: reach :data:`HEAVY_FRACTION` of its compile estimate starts its promotion as its first
-#: tier-1 run starts, not after it (tier 2 arrives one tier-1 call sooner); 0 turns it off
-EARLY_S_PER_ELEMENT = 1e-9
 #: the longest the call after a promotion waits for it when the generated code is in
 #: the cache folder (loading takes tens of ms): at most half of one tier-1 call, once
 QUICK_WAIT_S = 0.25
@@ -147,17 +141,6 @@ def compile_estimate(graphs: Sequence[Graph]) -> float:
             total += COMPILE_CACHED_S
         else:
             total += base + per_node * sum(1 for _ in g.walk())
-    return total
-
-
-def work(graph: Graph) -> int:
-    """Elements the nodes of ``graph`` write in one run, loop bodies times their count."""
-    total = 0
-    for node in graph.nodes:
-        if node.op == LOOP:
-            total += node.attrs["count"] * work(node.attrs["body"])
-        else:
-            total += sum(int(np.prod(v.shape)) for v in node.outputs)
     return total
 
 
@@ -247,10 +230,6 @@ class Program:
             t1 = self.samples["interpret"]
             quick.join(min(QUICK_WAIT_S, 0.5 * t1.total(t1.best)))
         exe = self._get(role, graph_of)
-        if count and self.calls == 0 and self.heavy_ahead():
-            # the interpreter loads first: the compile holds Numba's lock for seconds
-            getattr(exe, "native_ready", lambda: None)()
-            self.start_promotion()  # compiles beside this first tier-1 run
         compiling = timing.compile_seconds()
         start = timing.clock()
         outs = owning(exe).run(arrays)
@@ -321,16 +300,6 @@ class Program:
         if PROMOTE_SECONDS is None and \
                 self.budget() <= COMPILE_CACHED_S * len(self._exe) + 1e-9:
             self._quick = thread
-
-    def heavy_ahead(self) -> bool:
-        """Whether ``mode="auto"`` promotes before the first tier-1 run (of a graph that
-        :data:`PROMOTE_AFTER` lets promote after one): its elements (:func:`work`) times
-        :data:`EARLY_S_PER_ELEMENT` reach :data:`HEAVY_FRACTION` of the :meth:`budget`."""
-        if self.mode != "auto" or self.tier != "interpret" or PROMOTE_AFTER > 1 or \
-                PROMOTE_SECONDS is not None or not EARLY_S_PER_ELEMENT or tier2() is None:
-            return False
-        elements = sum(work(e.graph) for e in self.executables().values())
-        return elements * EARLY_S_PER_ELEMENT >= self.budget() * HEAVY_FRACTION
 
     def budget(self) -> float:
         """The tier-1 seconds after which this program is promoted: :data:`PROMOTE_SECONDS`

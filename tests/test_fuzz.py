@@ -49,7 +49,7 @@ def block_id(first: int) -> str:
 def check_block(first: int) -> None:
     """Every executor agrees on the programs of the seed block starting at ``first``."""
     seeds = [s for s in range(first, min(first + BLOCK, SEEDS.stop)) if s not in EXCLUDED]
-    summary = run_seeds(seeds)
+    summary = run_seeds(seeds, EXECUTORS + ("grad",))
     tried = summary.tried
     assert tried.get("compile", 0) + summary.rejected >= len(seeds)
     assert not summary.failures, summary.text()
@@ -184,7 +184,7 @@ def test_ci_seeds_cover_the_constructs_behind_the_trust_bugs():
     wanted = ["negative step", "offset", "int index", "bool index", "two views of one value",
               "transpose", "expand", "reshape", "permute", "matmul", "sum",
               "fori_loop:float64", "fori_loop:float32", "scan:float64", "scan:float32",
-              "fn_softclip", "fn_scaled_mul", "fn_softclip_numpy"]
+              "fn_softclip", "fn_scaled_mul", "fn_softclip_numpy", "unrolled"]
     assert {w: seen[w] for w in wanted if seen[w] < 3} == {}
 
 
@@ -335,7 +335,7 @@ def test_cli_fuzz_runs_prints_a_summary_and_fails_on_a_failure(monkeypatch, caps
 def test_executors_are_the_documented_ones():
     assert EXECUTORS == ("eager", "fd", "jvp", "vmap", "reference", "interpret", "compile",
                          "auto")
-    assert diff_mod.EXTRA_EXECUTORS == ("blocked", "cuda")
+    assert diff_mod.EXTRA_EXECUTORS == ("grad", "blocked", "cuda")
 
 
 # ------------------------------------------------------------------ plain regressions
@@ -406,3 +406,36 @@ def test_tier1_never_stands_in_eager_ops_while_fuzzing(monkeypatch):
     with diff_mod.no_promotion_check():
         assert interpreter.BACKGROUND is False
     assert interpreter.BACKGROUND is True
+
+
+def test_grad_executor_catches_a_wrong_rerolled_gradient(monkeypatch, capsys):
+    """``grad`` (value_and_grad inside the jit) takes the re-rolled forward's gradient on
+    a small unrolled loop (MIN_FORWARD forced to 0) and agrees with eager; with that path
+    planted wrong (its gradients scaled) it reports the mismatch with a reproducer."""
+    from nbgrad.jit.trace import traced_grad as tg
+
+    program = Program(nodes=(Leaf((3,), "unit"), Leaf((1,), "unit"),
+                             Step("unrolled", (0, 1), (6, "gate"))), seed=3)
+    before = tg.STATS["rerolled"]
+    assert check_program(program, ("grad",)) == []
+    assert tg.STATS["rerolled"] > before and tg.MIN_FORWARD == 64
+    real = tg.joint_graph
+
+    def scaled(*args, **kwargs):  # the gradients the re-rolled path records, scaled
+        joint = real(*args, **kwargs)
+        for value in joint.values or ():
+            if value is not None:
+                value *= 1.5
+        return joint
+
+    monkeypatch.setattr(tg, "joint_graph", scaled)
+    found = check_program(program, ("grad",))
+    assert [(m.executor, m.call, m.what) for m in found] == [
+        ("grad", 1, f"gradient of x{k} {diff_mod.FORCED}") for k in (0, 1)]
+    text = found[0].report()
+    assert "functools.reduce(lambda c, i: c * nb.sigmoid(x1)" in text
+    assert "traced_grad.MIN_FORWARD = 0" in text and "nb.value_and_grad(" in text
+    monkeypatch.setattr(tg, "joint_graph", real)
+    monkeypatch.setattr(tg, "MIN_FORWARD", tg.MIN_FORWARD)  # the reproducer sets it
+    exec("\n".join(text.splitlines()[2:]), {})  # noqa: S102 - the reproducer runs
+    assert "eager:" in capsys.readouterr().out

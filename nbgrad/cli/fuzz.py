@@ -30,7 +30,9 @@ def _executors(text: str) -> tuple[str, ...]:
               show_default=True, metavar="NAMES",
               help="Comma-separated: eager, fd (finite differences), reference (the traced "
               "graph replayed with eager ops), interpret (tier 1), compile (tier 2), auto "
-              "(after promotion), blocked (tier 2 with every region it can block as a "
+              "(after promotion), grad (jit(value_and_grad(loss)) in tier 1, the re-rolled "
+              "forward's gradient also forced on small graphs), blocked (tier 2 with every "
+              "region it can block as a "
               "loop over small blocks), cuda (eager and jit on CUDA tensors; under Numba's CUDA "
               "simulator where no GPU is visible).")
 @click.option("--max-steps", type=click.IntRange(min=1, max=12), default=4,

@@ -273,9 +273,11 @@ _op("linear", run=lambda xs, p: F.linear(*xs), code=lambda a, p: f"F.linear({', 
 _op("mse_loss", run=lambda xs, p: F.mse_loss(xs[0], xs[1], reduction=p[0]),
     code="F.mse_loss({0}, {1}, reduction={p0!r})")
 
-# beyond the table: loops and custom autograd Functions (see constructs)
+# beyond the table: loops (fori_loop, scan, a Python loop) and custom autograd Functions
+# (see constructs)
 _op("fori_loop", None, constructs.fori, constructs.fori_code)
 _op("scan", None, constructs.scan, constructs.scan_code)
+_op("unrolled", None, constructs.unrolled, constructs.unrolled_code)
 for _name, (_run, _src) in constructs.FUNCTIONS.items():
     _op(_name, None, _run, _src)
 

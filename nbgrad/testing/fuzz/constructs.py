@@ -110,6 +110,21 @@ def fori(xs, params):
     return fori_loop(0, n, lambda i, c: fn(i, c, w), xs[0])
 
 
+#: bodies of :func:`unrolled` (a Python int counter: not those that need a tensor one)
+UNROLLED_BODIES = tuple(k for k in sorted(FORI_BODIES) if k != "index_cast")
+
+
+def unrolled(xs, params):
+    """A plain Python loop of ``n`` steps of a fori body on ``xs[0]`` closing over
+    ``xs[1]`` (a trace records it unrolled; :mod:`nbgrad.jit.trace.reroll` rolls it up)."""
+    n, body = params
+    fn = FORI_BODIES[body][0]
+    c, w = xs
+    for i in range(n):
+        c = fn(i, c, w)
+    return c
+
+
 def scan(xs, params):
     """``scan(body, xs[0], xs[1])``: the final carry or the stacked outputs."""
     body, output, reverse = params
@@ -121,6 +136,12 @@ def fori_code(args: list[str], params) -> str:
     n, body = params
     expr = FORI_BODIES[body][1].format(w=args[1])
     return f"nb.jit.fori_loop(0, {n}, lambda i, c: {expr}, {args[0]})"
+
+
+def unrolled_code(args: list[str], params) -> str:
+    n, body = params
+    expr = FORI_BODIES[body][1].format(w=args[1])
+    return f"functools.reduce(lambda c, i: {expr}, range({n}), {args[0]})"
 
 
 def scan_code(args: list[str], params) -> str:

@@ -9,6 +9,10 @@ gradient under ``nbgrad.vmap`` over two input sets against eager on each), ``ref
 runs it while its interpreter builds), ``interpret``
 (``nbgrad.jit(mode="interpret")``, tier 1), ``compile`` (``mode="compile"``, tier 2)
 ``auto`` (``mode="auto"`` after the background promotion to tier 2), and, when named,
+``grad`` (``nbgrad.jit(nbgrad.value_and_grad(loss))`` in tier 1: the gradient taken
+inside the jit, traced from eager's backward or, where the traced forward re-rolls, from
+the re-rolled forward (:mod:`nbgrad.jit.trace.traced_grad`, also forced on the fuzzer's
+small programs), against eager's loss and gradients, unreached leaves' zeros included),
 ``blocked`` (tier 2 with every region it can block written as a loop over small blocks,
 the code that runs arrays of ``nbgrad.kernels.parallel.MIN_SIZE`` elements and more). Every jitted
 function is called :data:`CALLS` times (the first call may take another path than later
@@ -43,6 +47,7 @@ from ...batching import vmap
 from ...errors import TracerError
 from ...jit import program as tiers
 from ...jit.tier1 import interpreter
+from ...jit.trace import traced_grad
 from ...kernels import parallel
 from ...tensor import Tensor
 from . import layouts
@@ -59,10 +64,11 @@ from .special import (
 )
 
 EXECUTORS = ("eager", "fd", "jvp", "vmap", "reference", "interpret", "compile", "auto")
-#: executors run only when named: ``blocked`` is tier 2 with every fused region that can
+#: executors run only when named: ``grad`` differentiates inside the jit
+#: (:func:`grad_in_jit`); ``blocked`` is tier 2 with every fused region that can
 #: be written as a loop over blocks written so (:func:`blocked_everywhere`); ``cuda`` is
 #: eager and jit on CUDA tensors (:mod:`.on_device`)
-EXTRA_EXECUTORS = ("blocked", "cuda")
+EXTRA_EXECUTORS = ("grad", "blocked", "cuda")
 #: executors on another device, by name: ``run(program, refs) -> (mismatches, whether
 #: fused device kernels ran)``; :mod:`.on_device` registers ``cuda``
 DEVICE_RUNS: dict[str, Callable[[Program, list[Result]], tuple[list[Mismatch], bool]]] = {}
@@ -137,6 +143,17 @@ class Mismatch:
                           "for x in inputs:", "    x.grad = None",
                           "out, loss = f(*inputs)", "loss.backward()",
                           "print('eager:', out, [x.grad for x in inputs])"]
+        if self.executor == "grad":
+            n = sum(1 for _ in self.program.leaves(requires_grad=False))
+            if FORCED in self.what:
+                lines += ["from nbgrad.jit.trace import traced_grad  # re-roll small graphs",
+                          "traced_grad.MIN_FORWARD = 0"]
+            lines += [f"jf = nb.jit(nb.value_and_grad(lambda *xs: f(*xs)[1], "
+                      f"argnums=tuple(range({n}))), mode='interpret')",
+                      f"for call in range({CALLS}):", "    print(jf(*inputs))",
+                      "for x in inputs:", "    x.grad = None",
+                      "out, loss = f(*inputs)", "loss.backward()",
+                      "print('eager:', loss, [x.grad for x in inputs])"]
         lines += ["", f"# as a Program: {self.program!r}".replace("\n", " ")]
         if self.batch:
             lines += ["", f"# seen only with {len(self.batch)} programs in one jitted "
@@ -166,9 +183,10 @@ def no_promotion_check() -> Iterator[None]:
 # ------------------------------------------------------------------ references
 @dataclass
 class Result:
-    """What one run gave: the result, the loss and the gradients of the leaves."""
+    """What one run gave: the result (None: not asked, ``grad``), the loss and the
+    gradients of the leaves."""
 
-    out: np.ndarray
+    out: np.ndarray | None
     loss: np.ndarray
     grads: list[np.ndarray | None]
     #: how the leaves were laid out in memory (:mod:`.layouts`; empty: fresh arrays)
@@ -435,6 +453,76 @@ def vmapped(program: Program, refs: list[Result]) -> list[Mismatch] | None:
     return []
 
 
+#: what a ``grad`` mismatch says when the re-rolled path was forced on a small graph
+FORCED = "(traced_grad.MIN_FORWARD = 0)"
+
+
+@contextlib.contextmanager
+def min_forward(n: int) -> Iterator[None]:
+    """:data:`nbgrad.jit.trace.traced_grad.MIN_FORWARD` set to ``n``; restored after."""
+    saved, traced_grad.MIN_FORWARD = traced_grad.MIN_FORWARD, n
+    try:
+        yield
+    finally:
+        traced_grad.MIN_FORWARD = saved
+
+
+def grad_in_jit(program: Program, refs: list[Result], stats: dict | None = None
+                ) -> list[Mismatch]:
+    """``nbgrad.jit(nbgrad.value_and_grad(program.loss, argnums=all leaves))`` (tier 1)
+    called :data:`CALLS` times, against eager's loss and gradients (zeros where eager's is
+    None: the leaf does not reach the loss); once as it is and once with the re-rolled
+    forward's gradient forced on small graphs (:data:`FORCED`). ``stats`` counts the
+    programs whose gradient came from a re-rolled forward (``grad re-rolled``)."""
+    n = sum(1 for _ in program.leaves(requires_grad=False))
+    if not n:
+        return []
+    found: list[Mismatch] = []
+    for least, note in ((traced_grad.MIN_FORWARD, ""), (0, f" {FORCED}")):
+        before = traced_grad.STATS["rerolled"]
+        with min_forward(least):
+            found += _grad_calls(program, refs, n, note)
+        if stats is not None and note and traced_grad.STATS["rerolled"] > before:
+            _count(stats, "grad re-rolled")
+        if found:
+            break
+    return found
+
+
+def _grad_calls(program: Program, refs: list[Result], n: int, note: str) -> list[Mismatch]:
+    jitted = jit(functional.value_and_grad(program.loss, argnums=tuple(range(n))),
+                 mode="interpret")
+    found: list[Mismatch] = []
+    kept: list[Result] = []
+    call = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            for call in range(1, CALLS + 1):
+                loss, grads = jitted(*[Tensor(a) for a in inputs(program, call)])
+                kept.append(Result(None, loss.numpy(), [g.numpy() for g in grads]))
+                found += _compare_grads(kept[-1], refs[call - 1], program, call)
+                if found:
+                    break
+            for call, got in enumerate(kept if not found else (), start=1):
+                found += [replace(m, what=f"{m.what} of call {call}, read after call "
+                                  f"{CALLS} (a later call wrote into it)")
+                          for m in _compare_grads(got, refs[call - 1], program, CALLS)]
+                if found:
+                    break
+        except Exception as exc:
+            found.append(_raised(exc, program, "grad", call))
+    return [replace(m, what=m.what + note) for m in found]
+
+
+def _compare_grads(got: Result, ref: Result, program: Program, call: int) -> list[Mismatch]:
+    """:func:`_compare` of ``value_and_grad``'s loss and gradients (no result)."""
+    leaves = inputs(program, 1)
+    want = Result(None, ref.loss, [np.zeros_like(a) if w is None else w
+                                   for a, w in zip(leaves, ref.grads, strict=True)])
+    return _compare(got, want, program, "grad", call)
+
+
 @contextlib.contextmanager
 def blocked_everywhere(elements: int) -> Iterator[None]:
     """Tier 2 writes every region it can block as a loop over blocks of about
@@ -576,6 +664,9 @@ def check_programs(programs: Sequence[Program], executors: Sequence[str] = EXECU
                 if executor in executors:
                     _count(stats, executor)
                     found += run_jit([p], [refs], executor)[0]
+            if "grad" in executors:
+                _count(stats, "grad")
+                found += grad_in_jit(p, refs, stats)
             for executor, run in DEVICE_RUNS.items():
                 if executor in executors:
                     bad, fused = run(p, refs)

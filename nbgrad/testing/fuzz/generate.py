@@ -25,7 +25,8 @@ FAMILIES: dict[str, Callable] = {
 }
 #: how often each family is drawn (the patterns aimed at the jit's weak spots most)
 WEIGHTS: dict[str, int] = {"unary": 2, "binary": 3, "ternary": 1, "reduce": 3, "shape": 2,
-                           "index": 2, "product": 2, "reuse": 5, "loop": 3, "function": 1}
+                           "index": 2, "product": 2, "reuse": 5, "loop": 3, "unrolled": 2,
+                           "function": 1}
 
 
 def generate(seed: int, max_steps: int = 4, families: tuple[str, ...] = tuple(FAMILIES),

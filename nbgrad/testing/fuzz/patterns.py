@@ -1,14 +1,14 @@
 """The step families aimed at the jit's trust bugs: one tensor read through several
 views at different offsets in one expression (slices with offsets and negative steps,
 integer and boolean indices, stencils, ``x[:, None] * x[None, :]``, ``x @ x.T``),
-``fori_loop``/``scan`` bodies with 0-d and n-d carries, and custom autograd
-Functions."""
+``fori_loop``/``scan`` bodies with 0-d and n-d carries, the same bodies in a plain Python
+loop (unrolled by the trace, re-rolled by the jit), and custom autograd Functions."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .constructs import FORI_BODIES
+from .constructs import FORI_BODIES, UNROLLED_BODIES
 from .families import _pick, random_slice, shapes
 from .program import MAX_SIZE, Builder, Rand
 
@@ -111,15 +111,19 @@ def _carry(r: Rand, b: Builder) -> int:
     return b.operand(i, "unit")
 
 
+def _closed_over(r: Rand, b: Builder, shape: tuple[int, ...]) -> int:
+    """A value a loop body closes over: an earlier one that broadcasts to ``shape`` or a
+    new leaf, in the unit domain."""
+    fits = [j for j, v in enumerate(b.values) if _broadcasts_into(v.shape, shape)]
+    w = r.choice(fits) if fits and r.booleans() else b.leaf(
+        tuple(s if r.booleans() else 1 for s in shape), "unit")
+    return b.operand(w, "unit")
+
+
 def _loop(r: Rand, b: Builder) -> None:
     if r.booleans():
         c = _carry(r, b)
-        shape = b.shape(c)
-        fits = [j for j, v in enumerate(b.values)
-                if _broadcasts_into(v.shape, shape)]
-        w = r.choice(fits) if fits and r.booleans() else b.leaf(
-            tuple(s if r.booleans() else 1 for s in shape), "unit")
-        w = b.operand(w, "unit")
+        w = _closed_over(r, b, b.shape(c))
         body = r.choice(FORI_CHOICES)
         if b.add("fori_loop", (c, w), (r.integers(1, 4), body)) is None:
             b.add("tanh", (c,))
@@ -134,6 +138,15 @@ def _loop(r: Rand, b: Builder) -> None:
     init = b.leaf(row if full else (), "unit")
     if b.add("scan", (init, xs), (body, r.choice(["carry", "ys"]), r.booleans())) is None:
         b.add("tanh", (xs,))
+
+
+def _unrolled(r: Rand, b: Builder) -> None:
+    """A plain Python loop of 4 to 8 steps of a fori body: the trace unrolls it and
+    re-rolling (:mod:`nbgrad.jit.trace.reroll`) makes it a loop node again."""
+    c = _carry(r, b)
+    w = _closed_over(r, b, b.shape(c))
+    if b.add("unrolled", (c, w), (r.integers(4, 8), r.choice(UNROLLED_BODIES))) is None:
+        b.add("tanh", (c,))
 
 
 # ------------------------------------------------------------------ custom Functions
@@ -151,7 +164,7 @@ def _function(r: Rand, b: Builder) -> None:
         b.add("sin", (i,))
 
 
-PATTERNS = {"reuse": _reuse, "loop": _loop, "function": _function}
+PATTERNS = {"reuse": _reuse, "loop": _loop, "unrolled": _unrolled, "function": _function}
 
 
 def _broadcasts_into(small: tuple[int, ...], shape: tuple[int, ...]) -> bool:

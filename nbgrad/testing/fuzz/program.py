@@ -157,6 +157,8 @@ def to_source(program: Program) -> str:
                                               for s in program.nodes))
     head = ["import numpy as np", "", "import nbgrad as nb",
             "from nbgrad.nn import functional as F  # noqa: F401"]
+    if any(isinstance(s, Step) and s.op == "unrolled" for s in program.nodes):
+        head.insert(0, "import functools")
     if used:
         classes = sorted({FUNCTIONS[n][1].split(".")[0] for n in used})
         head.append(f"from nbgrad.testing.fuzz.constructs import {', '.join(classes)}")

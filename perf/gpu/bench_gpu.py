@@ -220,7 +220,12 @@ def run(big: bool, repeat: int, warmup: int, smoke: bool = False,
         on_row: Callable[[list[dict]], None] | None = None) -> list[dict]:
     """Every row; ``on_row(rows so far)`` after each (a run cut short keeps its rows)."""
     rows: list[dict] = []
-    add = rows.append if on_row is None else (lambda row: (rows.append(row), on_row(rows)))
+
+    def add(row: dict) -> None:
+        rows.append(row)
+        if on_row is not None:
+            on_row(rows)
+
     sizes = [2_000] if smoke else [4_000_000] + ([100_000_000] if big else [])
     for n in sizes:
         x = np.random.default_rng(0).standard_normal(n)

@@ -504,12 +504,9 @@ def _grad_calls(program: Program, refs: list[Result], n: int, note: str) -> list
                 found += _compare_grads(kept[-1], refs[call - 1], program, call)
                 if found:
                     break
-            for call, got in enumerate(kept if not found else (), start=1):
-                found += [replace(m, what=f"{m.what} of call {call}, read after call "
-                                  f"{CALLS} (a later call wrote into it)")
-                          for m in _compare_grads(got, refs[call - 1], program, CALLS)]
-                if found:
-                    break
+            if not found:
+                found += overwritten(kept, lambda got, call: _compare_grads(
+                    got, refs[call - 1], program, CALLS))
         except Exception as exc:
             found.append(_raised(exc, program, "grad", call))
     return [replace(m, what=m.what + note) for m in found]
@@ -578,13 +575,10 @@ def _run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor
                 if found:
                     break
                 kept.append(got)
-            for call, got in enumerate(kept if not found else (), start=1):
-                for g, ref, p in zip(got, refs, programs, strict=True):
-                    found += [replace(m, what=f"{m.what} of call {call}, read after call "
-                                      f"{CALLS} (a later call wrote into it)")
-                              for m in _compare(g, ref[call - 1], p, executor, CALLS)]
-                if found:
-                    break
+            if not found:
+                found += overwritten(kept, lambda got, call: [
+                    m for g, ref, p in zip(got, refs, programs, strict=True)
+                    for m in _compare(g, ref[call - 1], p, executor, CALLS)])
             if not found and executor in ("interpret", "compile", "blocked") and all(
                     len(ref) > CALLS and ref[CALLS] is not None for ref in refs):
                 call = SPECIAL_CALL
@@ -601,12 +595,31 @@ def _run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor
     return found, tier2
 
 
+def overwritten(kept: list, compare: Callable[[object, int], list[Mismatch]]
+                ) -> list[Mismatch]:
+    """The results of earlier calls (``kept[k]``: call ``k + 1``'s) read again after the
+    last call: ``compare(result, call)``'s mismatches of the first call that differs
+    (a later call wrote into a result it had handed out)."""
+    for call, got in enumerate(kept, start=1):
+        found = [replace(m, what=f"{m.what} of call {call}, read after call {CALLS} "
+                         "(a later call wrote into it)") for m in compare(got, call)]
+        if found:
+            return found
+    return []
+
+
+def executable_tiers(jitted) -> list[str | None]:
+    """The tier of each executable a jitted function built ("interpret", "compile",
+    "cuda", ...; None where it has none)."""
+    return [getattr(getattr(x, "inner", x), "tier", None)
+            for e in getattr(jitted, "_cache", {}).values()
+            for x in e.program.executables().values()]
+
+
 def ran_tier2(jitted) -> bool:
     """Whether a jitted function's executables are generated code (tier 2)."""
-    exes = [x for e in getattr(jitted, "_cache", {}).values()
-            for x in e.program.executables().values()]
-    return bool(exes) and all(getattr(getattr(x, "inner", x), "tier", None) == "compile"
-                              for x in exes)
+    tiers = executable_tiers(jitted)
+    return bool(tiers) and all(t == "compile" for t in tiers)
 
 
 def raises_like_eager(program: Program, eager_error: str, executor: str) -> list[Mismatch]:

@@ -23,6 +23,7 @@ from .differential import (
     _raised,
     _run,
     batch_function,
+    executable_tiers,
 )
 from .differential import inputs as call_inputs
 from .program import Program
@@ -64,8 +65,7 @@ def run_on_device(program: Program, refs: Sequence[Result], device: str = "cuda"
         if found:
             break
         if path == "jit":
-            fused = any(getattr(getattr(x, "inner", x), "tier", None) == device
-                        for e in fn._cache.values() for x in e.program.executables().values())
+            fused = device in executable_tiers(fn)
     return found, fused
 
 

@@ -77,18 +77,18 @@ class Program:
         out = values[-1]
         for i in self.unread():
             v = values[i]
-            out = out + (v * _beside(self.weight(i, v.shape), v)).sum()
+            out = out + (v * _weights_for(self.weight(i, v.shape), v)).sum()
         return out
 
     def loss(self, *leaves: Tensor) -> Tensor:
         """A scalar: the result weighted by fixed random weights and summed."""
         out = self(*leaves)
-        return (out * _beside(self.weight(None, out.shape), out)).sum()
+        return (out * _weights_for(self.weight(None, out.shape), out)).sum()
 
     def both(self, *leaves: Tensor) -> tuple[Tensor, Tensor]:
         """``(result, loss)`` from one run."""
         out = self(*leaves)
-        return out, (out * _beside(self.weight(None, out.shape), out)).sum()
+        return out, (out * _weights_for(self.weight(None, out.shape), out)).sum()
 
     def values(self, *leaves: Tensor) -> list[Tensor]:
         """Every value of the program, leaves included, in order."""
@@ -113,7 +113,7 @@ class Program:
         return f"Program(nodes=(\n    {lines},\n), seed={self.seed}{extra})"
 
 
-def _beside(weights: np.ndarray, v: Tensor) -> np.ndarray | Tensor:
+def _weights_for(weights: np.ndarray, v: Tensor) -> np.ndarray | Tensor:
     """Weights for ``v`` in its dtype: a NumPy array on the CPU (as users write), a tensor
     on ``v``'s device elsewhere (an array would be a CPU operand there)."""
     w = weights.astype(v.dtype)

@@ -192,3 +192,64 @@ def test_python_op_calls_are_thread_safe():
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+class Failing(Function):
+    """Its forward raises once ``Failing.armed`` is set (after the trace)."""
+
+    jit_path = "python"
+    armed = False
+
+    @staticmethod
+    def forward(ctx, x):
+        if Failing.armed:
+            raise ValueError("refused")
+        return x * 2.0
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2.0
+
+
+def test_handles_owned_by_their_arrays_need_no_owner_scope():
+    """``SegmentedExecutable.arrays_own``: where each handle leaves a run only as its own
+    array, that array owns it from its creation (no owner scope in the generated code);
+    a backward (PythonOpGrads only) has none either. Contexts are released with the
+    arrays: after the backward, with the outputs, after an error."""
+    from nbgrad.jit.segments import SegmentedExecutable
+
+    jf = nb.jit(lambda t: Failing.apply(Square.apply(t) * 1.5).sum(), mode="interpret")
+    x0 = np.array([0.5, -1.0, 2.0])
+    for _ in range(2):
+        x = nb.tensor(x0, requires_grad=True)
+        loss = jf(x)
+        assert htable.live_contexts() in (0, 2)  # (the trace's contexts are gone)
+        loss.backward()
+        np.testing.assert_allclose(x.grad.numpy(), 6.0 * x0, rtol=1e-15)
+    assert htable.live_contexts() == 0
+    entry = next(iter(jf._cache.values()))
+    for role in ("fwd", "bwd"):
+        exe = entry.executable(role)
+        assert isinstance(exe, SegmentedExecutable) and exe.arrays_own
+        assert "_Scope(" not in exe.text
+    loss = jf(nb.tensor(x0, requires_grad=True))
+    assert htable.live_contexts() == 2
+    del loss  # no backward: released with the outputs
+    assert htable.live_contexts() == 0
+    Failing.armed = True
+    try:
+        with pytest.raises(ValueError, match="refused"):
+            jf(nb.tensor(x0, requires_grad=True))  # Square's context made, then the error
+    finally:
+        Failing.armed = False
+    gc.collect()
+    assert htable.live_contexts() == 0
+    # a PythonOp inside a loop's native code: the handles it makes need the owner scope
+    jf2 = nb.jit(lambda t: Square.apply(nb.fori_loop(0, 2, lambda i, v: Square.apply(v) * 0.5,
+                                                     t)).sum(), mode="interpret")
+    for _ in range(2):
+        x = nb.tensor(x0, requires_grad=True)
+        jf2(x).backward()
+        np.testing.assert_allclose(x.grad.numpy(), x0 ** 7 / 8, rtol=1e-14)
+    fwd = next(iter(jf2._cache.values())).executable("fwd")
+    assert not fwd.arrays_own and "_Scope(" in fwd.text

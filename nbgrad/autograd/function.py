@@ -16,6 +16,7 @@ from .node import RETAIN_GRAPH_MESSAGE, Node, SavedOutput, SavedTensor, gradient
 _FLOAT64 = np.dtype(np.float64)
 #: ``ctx._node`` once the node released its saved tensors (not None: reading them raises)
 _RELEASED = object()
+_NONE_MARKED: frozenset[int] = frozenset()
 
 
 class FunctionCtx:
@@ -26,8 +27,10 @@ class FunctionCtx:
         self._saved: list | None = None
         self._node: Node | object | None = None
         self.needs_input_grad: tuple[bool, ...] = ()
-        self.non_differentiable: set[int] = set()
-        self.dirty_tensors: set[int] = set()
+        # shared empty sets until marked (``|=`` makes a new one): a PythonOp inside
+        # nbgrad.jit makes a ctx per call
+        self.non_differentiable: frozenset[int] = _NONE_MARKED
+        self.dirty_tensors: frozenset[int] = _NONE_MARKED
         self.materialize_grads = True
 
     def save_for_backward(self, *tensors: Tensor | None) -> None:

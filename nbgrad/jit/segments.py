@@ -12,7 +12,9 @@ keep their order (their code may have side effects). PythonOps inside loop bodie
 left to the tier (they run once per iteration inside the loop's native code).
 
 The executable is the owner scope of the context handles its PythonOps create, as
-:class:`~nbgrad.jit.trace.handles.OwningExecutable` (which it extends).
+:class:`~nbgrad.jit.trace.handles.OwningExecutable` (which it extends), except where each
+handle leaves a run only as its own array (``arrays_own``, the common case, and every
+backward): that array then owns its handle from the start, and a run needs no scope.
 """
 
 from __future__ import annotations
@@ -152,6 +154,7 @@ class SegmentedExecutable(OwningExecutable):
         #: the PythonOp's :class:`~nbgrad.jit.trace.pythonop.RunPlan`
         self.steps: list[tuple[Callable, RunPlan | None, list[int], list[int], object]] = []
         self.segments: list[Executable] = []
+        nested = False  # whether a native segment may make handles (loop bodies...)
         for (kind, nodes), needed in zip(parts, later, strict=True):
             if kind == "python":
                 node = nodes[0]
@@ -162,6 +165,7 @@ class SegmentedExecutable(OwningExecutable):
             sub = _subgraph(graph, nodes, needed)
             if not sub.outputs:
                 continue  # nothing of it is used (unreachable after the optimizer)
+            nested = nested or handles.has_python_ops(sub)
             try:
                 exe = build(sub, tier=tier)
             except Exception:  # noqa: BLE001 - tier 1 runs whatever tier 2 cannot
@@ -195,6 +199,16 @@ class SegmentedExecutable(OwningExecutable):
             sorted(self.out_slots[k] for k in self.handle_outs) == sorted(py_handles)
             and len(set(py_handles)) == len(py_handles)
             and [k for k, m in enumerate(self.mask) if m] == self.handle_outs)
+        #: whether each handle is owned by its own array from its creation on, so that a
+        #: run needs no owner scope: only this graph's PythonOps make handles, and the
+        #: outputs that may hold one are those arrays themselves (not copies); a handle
+        #: that stays inside the run is released with its array when the run ends
+        self.arrays_own = not nested and all(
+            self.out_slots[k] in py_handles and not self.out_copy[k]
+            for k, m in enumerate(self.mask) if m)
+        for _, plan, _, _, _ in self.steps:
+            if plan is not None and plan.node.op == PYTHON_OP:
+                plan.own = self.arrays_own
         tiers = {getattr(e, "tier", None) for e in self.segments}
         self.tier = tier if not tiers or tiers == {tier} else "interpret"
         self.native_calls = sum(getattr(e, "native_calls", 1) for e in self.segments)
@@ -228,7 +242,7 @@ class SegmentedExecutable(OwningExecutable):
     @property
     def fell_back(self) -> bool:
         """Whether a tier-1 segment's last run used eager ops (interpreter not built)."""
-        return any(e.fell_back for e in self._tapes)
+        return bool(self._tapes) and any(e.fell_back for e in self._tapes)
 
     def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The outputs for ``arrays`` (instances call the code of :meth:`_compile` directly)."""
@@ -254,22 +268,27 @@ class SegmentedExecutable(OwningExecutable):
                  "{len(arrays)}')"]
         if n:
             lines.append(f"    {names(self.in_slots)}= arrays")
-        lines += ["    parent = getattr(_tls, 'scope', None)",
-                  "    scope = _tls.scope = _Scope(parent)",
-                  "    try:"]
+        calls = []
         for k, (run, plan, ins, outs, _) in enumerate(self.steps):
             ns[f"S{k}"], ns[f"P{k}"] = run, plan
             call = f"S{k}([{names(ins)}])" if plan is None else f"S{k}(P{k}, [{names(ins)}])"
-            lines.append(f"        {names(outs) if outs else '_'}= {call}"
-                         if outs else f"        {call}")
+            calls.append(f"{names(outs)}= {call}" if outs else call)
+        result = "[" + ", ".join(f"_copy(v{s}, copy=True)" if c else f"v{s}"
+                                 for s, c in zip(self.out_slots, self.out_copy,
+                                                 strict=True)) + "]"
+        if self.arrays_own:  # (the handles own themselves, or there are none)
+            lines += [f"    {c}" for c in calls] + [f"    return {result}"]
+            return self._exec(ns, lines)
+        lines += ["    parent = getattr(_tls, 'scope', None)",
+                  "    scope = _tls.scope = _Scope(parent)",
+                  "    try:"]
+        lines += [f"        {c}" for c in calls]
         lines += ["    except BaseException:",
                   "        _tls.scope = parent",
                   "        _release(*scope.created)",
                   "        raise",
                   "    _tls.scope = parent",
-                  "    result = [" + ", ".join(f"_copy(v{s}, copy=True)" if c else f"v{s}"
-                                             for s, c in zip(self.out_slots, self.out_copy,
-                                                             strict=True)) + "]"]
+                  f"    result = {result}"]
         if self.direct_settle:  # settle(), its common case: each array owns its handle
             lines.append(f"    if parent is None and len(scope.created) == "
                          f"{len(self.handle_outs)}:")
@@ -280,6 +299,9 @@ class SegmentedExecutable(OwningExecutable):
         else:
             lines.append("    _settle(scope, result, _mask)")
         lines.append("    return result")
+        return self._exec(ns, lines)
+
+    def _exec(self, ns: dict, lines: list[str]) -> Callable:
         exec(compile("\n".join(lines) + "\n", f"<segmented graph {id(self):x}>", "exec"), ns)
         self._ns = ns
         self.text = "\n".join(lines)

@@ -49,17 +49,20 @@ class HandleTable:
         self._lock = threading.RLock()  # finalizers may run while this thread holds it
         self._counter = itertools.count(1)
         self._live: dict[int, list] = {}  # handle -> [ctx, name, owners]
-        self.created = 0
         self.released = 0
 
     def register(self, ctx: FunctionCtx, name: str) -> int:
-        """A new handle for ``ctx``, with one owner (the caller)."""
-        entry = [ctx, name, 1]
+        """A new handle for ``ctx``, with one owner (the caller). No lock: taking a
+        number and storing a new entry are atomic (a PythonOp makes one per call)."""
         h = next(self._counter)
-        with self._lock:
-            self._live[h] = entry
-            self.created += 1
+        self._live[h] = [ctx, name, 1]
         return h
+
+    @property
+    def created(self) -> int:
+        """How many entries were registered (the released ones and the live ones)."""
+        with self._lock:
+            return self.released + len(self._live)
 
     def get(self, handle: int, name: str) -> FunctionCtx:
         """The context of ``handle``; a released one raises ``RuntimeError``."""
@@ -97,7 +100,9 @@ class HandleTable:
 
     def stats(self) -> dict[str, int]:
         """``{"live", "created", "released"}``."""
-        return {"live": len(self._live), "created": self.created, "released": self.released}
+        with self._lock:
+            live, released = len(self._live), self.released
+        return {"live": live, "created": released + live, "released": released}
 
 
 #: the process-wide table of PythonOp contexts

@@ -50,7 +50,7 @@ from ...autograd.node import gradient_edge
 from ...errors import TracerError
 from ...grad_mode import STATE, no_grad
 from ...tensor import STATE_TRACE, Tensor, wrap_array
-from .handles import HANDLES, own
+from .handles import _TLS, HANDLES, _release_with, own
 from .ir import (
     MARKERS,
     ONCE_DIFFERENTIABLE,
@@ -79,6 +79,7 @@ from .tracer import stop_gradient
 __all__ = ["PythonOpBackward", "RunPlan", "run_backward", "run_forward", "run_node"]
 
 _CTX_FIELDS = frozenset(vars(FunctionCtx()))
+_INT64 = np.dtype(np.int64)
 
 
 # ------------------------------------------------------------------ calling user code
@@ -450,12 +451,16 @@ class RunPlan:
     from call to call (read from the node once)."""
 
     __slots__ = ("node", "cls", "name", "in_specs", "args", "tensor_pos", "kwargs",
-                 "needs_input_grad", "expect", "checker", "n", "zero_specs", "out_specs",
-                 "direct", "one_out", "one_grad")
+                 "needs_input_grad", "expect", "checker", "n", "grad_specs", "zero_specs",
+                 "out_specs", "direct", "one_in", "one_out", "one_grad", "own")
 
     def __init__(self, node: Node) -> None:
         a = node.attrs
         self.node = node
+        #: a PythonOp's handle is owned by its array from the start (set by
+        #: :class:`~nbgrad.jit.segments.SegmentedExecutable` where that is right), else by
+        #: the current owner scope
+        self.own = False
         self.cls = a["#fn"].fn
         self.name = a["name"]
         self.in_specs = [None if v is None else (v.shape, dtypes.canonical(v.dtype))
@@ -469,11 +474,16 @@ class RunPlan:
             #: every argument a tensor (present), no keywords: ``forward(ctx, *tensors)``
             self.direct = (len(self.tensor_pos) == len(self.args) and not self.kwargs
                            and None not in self.in_specs)
+            #: the (shape, dtype) of the one tensor argument (of a direct call), else None
+            self.one_in = self.in_specs[0] if self.direct and len(self.args) == 1 else None
             #: the (shape, dtype) of the one output, else None
             self.one_out = ((self.expect[0].shape, self.expect[0].dtype)
                             if len(self.expect) == 1 else None)
         else:
             self.n = n = len(a["input_tensor_types"])
+            self.grad_specs = self.in_specs[1:1 + n]
+            #: the (shape, dtype) of the one gradient argument, else None
+            self.one_in = self.grad_specs[0] if n == 1 else None
             self.zero_specs = [(v.shape, dtypes.canonical(v.dtype))
                                for v in node.inputs[1 + n:1 + 2 * n]]
             self.checker = _checker(node, None)
@@ -507,28 +517,38 @@ def run_forward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
     copies, with a fresh ctx, no tracer and grad mode off; returns the handle (0-d int64)
     and C-contiguous copies of the outputs. Errors name the Function."""
     cls = plan.cls
-    if plan.direct:
-        args = [_tensor_of(x, spec) for x, spec in zip(arrays, plan.in_specs, strict=True)]
+    if len(arrays) != len(plan.in_specs):
+        raise ValueError(f"PythonOp of {plan.name}: {len(arrays)} inputs, the node has "
+                         f"{len(plan.in_specs)}")
+    one = plan.one_in
+    if one is not None and type(x := arrays[0]) is np.ndarray and x.shape == one[0]:
+        args = [wrap_array(x.astype(one[1]))]  # the common case of _tensor_of()
+    elif plan.direct:  # _tensor_of(), inlined (a call of this runs per PythonOp per call)
+        args = [wrap_array(x.astype(dt) if type(x) is np.ndarray and x.shape == shape else
+                           np.array(x, dtype=dt, copy=True).reshape(shape))
+                for x, (shape, dt) in zip(arrays, plan.in_specs, strict=True)]
     else:
         args = plan.args.copy()
         for pos, x, spec in zip(plan.tensor_pos, arrays, plan.in_specs, strict=True):
             args[pos] = None if x is None else _tensor_of(x, spec)
     ctx = FunctionCtx()
     ctx.needs_input_grad = plan.needs_input_grad
-    # user_call(), inlined (a call of this runs per PythonOp per call)
-    prev, prev_grad = STATE_TRACE.tracer, STATE.grad_enabled
-    STATE_TRACE.tracer = None
-    STATE.grad_enabled = False
+    # user_call(), inlined
+    trace, grad = STATE_TRACE, STATE
+    prev, prev_grad = trace.tracer, grad.grad_enabled
+    trace.tracer = None
+    grad.grad_enabled = False
     try:
-        raw = cls.forward(ctx, *args, **plan.kwargs)
+        raw = cls.forward(ctx, *args, **plan.kwargs) if plan.kwargs else \
+            cls.forward(ctx, *args)
     except TracerError:
         raise
     except Exception as exc:
         annotate(exc, cls, "forward")
         raise
     finally:
-        STATE.grad_enabled = prev_grad
-        STATE_TRACE.tracer = prev
+        grad.grad_enabled = prev_grad
+        trace.tracer = prev
     one = plan.one_out
     if one is not None and type(raw) is Tensor and raw._data.shape == one[0] and \
             raw._data.dtype == one[1]:
@@ -538,9 +558,29 @@ def run_forward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
         _check_outputs(cls, outs, plan.expect)
         outs = [o._data.copy() for o in outs]  # C-contiguous copies
     h = HANDLES.register(ctx, plan.name)
-    harr = np.asarray(h, np.int64)
-    own(h, harr)
-    return [harr] + outs
+    harr = np.array(h, _INT64)
+    if plan.own:  # the array owns the handle (it leaves the run only as itself)
+        _release_with(harr, (h,))
+    elif (scope := getattr(_TLS, "scope", None)) is not None:  # own(), inlined
+        scope.created.append(h)
+    else:
+        own(h, harr)
+    return [harr, *outs]
+
+
+def _grad_tensors(plan: RunPlan, arrays: Sequence, ctx: FunctionCtx) -> list:
+    """The gradient arguments of a backward: private copies of ``arrays[1:1 + n]``, zeros
+    for absent ones unless ``ctx`` says otherwise (None then)."""
+    grads = []
+    for x, spec, zero in zip(arrays[1:1 + plan.n], plan.grad_specs, plan.zero_specs,
+                             strict=True):
+        if x is not None and spec is not None:
+            grads.append(_tensor_of(x, spec))
+        elif ctx.materialize_grads:
+            grads.append(wrap_array(np.zeros(*zero)))
+        else:
+            grads.append(None)
+    return grads
 
 
 def run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
@@ -555,20 +595,16 @@ def run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
     h = arrays[0]  # tier 2 passes the handle as an int, tier 1 as a 0-d array
     ctx = HANDLES.get(h if type(h) is int else h.item() if type(h) is np.ndarray and
                       h.size == 1 else int(np.asarray(h).reshape(())), plan.name)
-    n = plan.n
-    grads = []
-    for x, spec, zero in zip(arrays[1:1 + n], plan.in_specs[1:1 + n], plan.zero_specs,
-                             strict=True):
-        if x is not None and spec is not None:
-            grads.append(_tensor_of(x, spec))
-        elif ctx.materialize_grads:
-            grads.append(Tensor._make(np.zeros(*zero)))
-        else:
-            grads.append(None)
+    one = plan.one_in
+    if one is not None and type(x := arrays[1]) is np.ndarray and x.shape == one[0]:
+        grads = [wrap_array(x.astype(one[1]))]  # the common case of the loop below
+    else:
+        grads = _grad_tensors(plan, arrays, ctx)
     # user_call(), inlined
-    prev, prev_grad = STATE_TRACE.tracer, STATE.grad_enabled
-    STATE_TRACE.tracer = None
-    STATE.grad_enabled = False
+    trace, grad = STATE_TRACE, STATE
+    prev, prev_grad = trace.tracer, grad.grad_enabled
+    trace.tracer = None
+    grad.grad_enabled = False
     try:
         result = cls.backward(ctx, *grads)
         one = plan.one_grad
@@ -582,8 +618,8 @@ def run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
         annotate(exc, cls, "backward")
         raise
     finally:
-        STATE.grad_enabled = prev_grad
-        STATE_TRACE.tracer = prev
+        grad.grad_enabled = prev_grad
+        trace.tracer = prev
     outs = []
     for v, k in plan.out_specs:
         g = checked[k]

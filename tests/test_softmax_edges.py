@@ -102,3 +102,36 @@ def test_device_softmax_matches_the_cpu_kernel_bit_for_bit():
         nk.softmax_arb(x.reshape(-1), 5, 7, 3, log, a)
         nk.softmax_twopass(x.reshape(-1), 5, 7, 3, log, b)
         np.testing.assert_array_equal(a, b)
+
+
+def test_contiguous_rows_match_the_strided_loops():
+    # the CPU natives' B == 1 path (vexp over blocks of rows) against the (A, R, B) loops
+    # (libm exp): the same edge cases exactly, finite values within a few ulp
+    from nbgrad.kernels import nn as nk
+
+    rng = np.random.default_rng(4)
+    x = edge_logits().astype(np.float64)
+    x = np.concatenate([x, rng.standard_normal((600, 7)) * 30])  # blocks of 585 rows
+    x[20, 3] = np.nan
+    A, R = x.shape
+    flat = x.reshape(-1)
+    for log in (False, True):
+        a, b = np.empty(flat.size), np.empty(flat.size)
+        nk.softmax_arb(flat, A, R, 1, log, a)
+        nk.softmax_rows(flat, A, R, log, b)
+        fin = np.isfinite(a)
+        assert np.array_equal(a[~fin], b[~fin], equal_nan=True)
+        scale = np.abs(flat) + 1.0 if log else np.abs(a)  # log: x - lse cancels
+        assert np.all(np.abs(a - b)[fin] <= 4e-16 * scale[fin])
+        assert np.array_equal(nk.softmax_native(flat, A, R, 1, None, log), b, equal_nan=True)
+    t = rng.integers(0, R, A)
+    t[::7] = -100
+    w = rng.random(R)
+    for smoothing in (0.0, 0.2):
+        l1, w1, l2, w2 = (np.empty(A) for _ in range(4))
+        nk.cross_entropy_fwd(flat, t, w, A, R, 1, -100, smoothing, l1, w1)
+        nk.cross_entropy_rows(flat, t, w, A, R, -100, smoothing, l2, w2)
+        fin = np.isfinite(l1)
+        assert np.array_equal(w1, w2) and np.array_equal(l1[~fin], l2[~fin], equal_nan=True)
+        bound = 4e-16 * (np.abs(x).max(axis=1) + 1.0)
+        assert np.all(np.abs(l1 - l2)[fin] <= bound[fin])

@@ -136,6 +136,37 @@ def test_pytree_arguments_and_outputs(rng):
         _close(out["aux"][0], x.sum())
 
 
+def test_results_are_rebuilt_by_a_plan_made_once_per_signature():
+    """Nested tuples of output tensors are sliced by a plan (no walk per leaf); any other
+    structure, or a static leaf among the results, goes through pytree.unflatten."""
+    from collections import namedtuple
+
+    from nbgrad import pytree
+
+    outs = list("abcdef")
+    for tree in ("a", ("a", ("b", "c"), (), ("d", ("e",)), "f"), ("a", None, "b"),
+                 {"k": ("a", "b")}, namedtuple("P", "x y")("a", "b"), ["a", ("b",)]):
+        leaves, spec = pytree.flatten(tree)
+        build = api._rebuild(spec, [None] * len(leaves), list(range(len(leaves))))
+        assert build(outs[:len(leaves)]) == tree
+    planned = api._rebuild(("tuple", (("leaf",), ("tuple", (("leaf",),)))), [None] * 2, [0, 1])
+    assert planned.__qualname__.startswith("_plan")
+    leaves, spec = pytree.flatten(("a", 3, ("b",)))  # a static 3 at position 1
+    assert api._rebuild(spec, [None, 3, None], [0, 2])(["x", "y"]) == ("x", 3, ("y",))
+
+
+def test_results_get_numpys_own_dtype_object_once_per_dtype_object():
+    import pickle
+
+    a = np.ones(3, np.float32).view(pickle.loads(pickle.dumps(np.dtype(np.float32))))
+    assert a.dtype is not np.dtype(np.float32)
+    for _ in range(2):  # the second time from the memo
+        assert api._own_dtype(a).dtype is np.dtype(np.float32)
+    assert api._CANON[id(a.dtype)][0] is a.dtype
+    b = np.ones(3, np.int16)
+    assert api._own_dtype(b) is b
+
+
 def test_numpy_arguments_are_tensors(rng):
     jf = nb.jit(lambda x: nb.cos(x) + 1.0)
     a = rng.random(4)

@@ -212,3 +212,103 @@ def test_the_call_after_promoting_cached_code_waits_for_it_boundedly(rng, estima
     other.run("main", graph_of, arrays)
     assert other.tier == program.PROMOTING and len(waits) == 1
 
+
+
+# ------------------------------------------------------------------ honest samples
+def test_runs_beside_a_background_compile_are_no_samples(rng, monkeypatch):
+    """A run that shared the machine with a background compile (in flight at its start,
+    or started or ended during it) would make its tier look slower: not a sample."""
+    graph_of, arrays = _graph(rng)
+    prog = program.Program("interpret", False, "test.f")
+    with program.compiling():
+        prog.run("main", graph_of, arrays)
+    real = TapeExecutable.run
+
+    def run(self, arrays):  # a compile starts and ends while this run is timed
+        with program.compiling():
+            pass
+        return real(self, arrays)
+
+    monkeypatch.setattr(TapeExecutable, "run", run)
+    prog.run("main", graph_of, arrays)
+    assert prog.rough.count["main"] == 2 and not prog.samples["interpret"].has("main")
+    monkeypatch.setattr(TapeExecutable, "run", real)
+    prog.run("main", graph_of, arrays)
+    assert prog.samples["interpret"].count["main"] == 1
+
+
+def test_the_check_runs_the_programs_tape_and_is_a_tier1_sample(rng, fake_times,
+                                                                promotion_check,
+                                                                monkeypatch):
+    """The promotion check runs the tier-1 tape the program ran (its pool warm), builds
+    no other, and its timed tier-1 run counts (the swap waits for the compile)."""
+    from nbgrad.jit import verify
+
+    graph_of, arrays = _graph(rng)
+    prog = program.Program("auto", False, "test.f")
+    prog.run("main", graph_of, arrays)
+    tape = prog.executables()["main"]
+    built = []
+    monkeypatch.setattr(verify, "_tier1", lambda g: built.append(g))
+    prog.promote().join(240)
+    checked = prog.executables()["main"]
+    assert isinstance(checked, verify.Checked) and checked.fallback is tape
+    prog.run("main", graph_of, arrays)  # the check
+    assert checked.verdict is True and built == []
+    assert prog.samples["interpret"].count["main"] == 2
+    assert prog.samples["interpret"].best["main"] == pytest.approx(0.001)
+
+
+def test_a_heavy_trace_promotes_before_the_first_tier1_run(rng, estimate, promotion_check):
+    """A trace that cost EARLY_MARGIN times a heavy call (1/40 of the 1 s estimate) at
+    1 ms or more per op starts the promotion before the first tier-1 run; a trace whose
+    time is the tracer's own (many small ops) or light does not."""
+    graph_of, arrays = _graph(rng)
+    heavy = program.HEAVY_FRACTION * program.EARLY_MARGIN
+    for seconds, nodes, early in ((1.5 * heavy, 10, True), (1.5 * heavy, 1000, False),
+                                  (0.5 * heavy, 10, False)):
+        prog = program.Program("auto", False, "test.f")
+        prog.traced(seconds, nodes)
+        prog.run("main", graph_of, arrays)
+        assert (estimate[-1:] == [prog]) is early
+        assert prog.rough.count == {"main": 1}
+
+
+@pytest.mark.parametrize("ratio, trial", [(0.8, True), (0.1, False), (3.0, False)])
+def test_one_tier1_sample_decides_only_when_clear(fake_times, monkeypatch, ratio, trial):
+    """Tier 1 timed once (its other runs overlapped the compile): tier 2 less than
+    CLEAR_RATIO apart from it waits for a trial of tier 1 (TRIAL_RUNS runs)."""
+    times, runs = fake_times
+    times["compile"] = ratio * times["interpret"]
+    monkeypatch.setattr(program, "PROMOTE_SECONDS", 0.0)
+    monkeypatch.setattr(program, "PROMOTE_AFTER", 1)
+    x = nb.tensor(np.linspace(-1.0, 2.5, 64))
+    f = nb.jit(nb.value_and_grad(_f))
+    _calls(f, x, 2)  # the trace, then one (timed) call in tier 1 that promotes
+    assert program.wait_for_promotions(timeout=240)
+    (entry,) = f._cache.values()
+    _calls(f, x, 1 + program.MEASURE_RUNS)  # the first run of tier 2 is no sample
+    prog = entry.program
+    assert (prog.measured is None) is trial
+    n1, n2 = runs["interpret"], runs["compile"]
+    _calls(f, x, 1)  # a trial run of tier 1, or the tier the measurement chose
+    assert prog.measured is not None and prog.measured["kept"] is (ratio < 1)
+    assert runs["interpret"] == n1 + (trial or ratio > 1) and runs["compile"] == n2 + (
+        not trial and ratio < 1)
+
+
+def test_a_large_pool_is_made_afresh_with_its_constants(rng, monkeypatch):
+    """Pools of POOL_AFRESH_BYTES or more are zeroed memory with the constants written
+    in, not a copy of the template: the same values."""
+    from nbgrad.jit.tier1 import tape as tape_module
+
+    monkeypatch.setattr(tape_module, "POOL_AFRESH_BYTES", 0)
+    x = rng.standard_normal((3, 4))
+    c = rng.standard_normal(4)
+    f = nb.jit(lambda t: (t * nb.tensor(c) + 2.5).exp().sum(0), mode="interpret")
+    for _ in range(2):
+        np.testing.assert_allclose(f(nb.tensor(x)).numpy(), np.exp(x * c + 2.5).sum(0),
+                                   rtol=1e-12)
+    (entry,) = f._cache.values()
+    exe = entry.program.executables()["main"]
+    np.testing.assert_array_equal(exe._new_pool(), exe.template)

@@ -42,7 +42,8 @@ from ..autograd.node import RETAIN_GRAPH_MESSAGE, Node, SavedTensor, gradient_ed
 from ..backends import is_cuda_array, to_host
 from ..errors import TracerError
 from ..grad_mode import STATE
-from ..tensor import STATE_TRACE, Tensor
+from ..tensor import STATE_TRACE, Tensor, wrap_array
+from . import timing
 from .executable import Executable
 from .program import Program
 from .reference import replay
@@ -141,7 +142,8 @@ class Jitted:
             if type(a) is not Tensor:
                 return None
             d = a._data
-            key.append((d.shape, d.dtype.str, grad and a._requires_grad, a._device.type))
+            # the dtype itself: equal dtypes are equal keys (``dtype.str`` builds a string)
+            key.append((d.shape, d.dtype, grad and a._requires_grad, a._device.type))
         return tuple(key)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -216,7 +218,7 @@ class Jitted:
                 trace_leaves.append(leaf.value if isinstance(leaf, _Static) else leaf)
         args, kwargs = pytree.unflatten(sig.spec, trace_leaves)
         self.traces += 1
-        out = run_traced(tracer, lambda: self.fn(*args, **kwargs))
+        out, traced_s = timing.timed(run_traced, tracer, lambda: self.fn(*args, **kwargs))
         out_leaves, out_spec = pytree.flatten(out)
         graph = tracer.graph
         out_pos: list[int] = []
@@ -239,6 +241,7 @@ class Jitted:
             check(graph)
         entry = _Entry(self, graph, dynamic, implicit, tuple(rg), out_spec, out_leaves,
                        out_pos, tuple(diff), tracer.frozen_alive(), cuda)
+        entry.program.traced(traced_s, len(tracer.graph.nodes))  # (heavy: compiled sooner)
         # the first call returns what the trace computed
         arrays = [out_leaves[k]._data.copy() if is_cuda_array(out_leaves[k]._data)
                   else np.array(out_leaves[k]._data, copy=True) for k in out_pos]
@@ -294,6 +297,10 @@ class _Entry:
         #: the executables by role and their tier (promotion, fallback: nbgrad.jit.program)
         self.program = Program(owner.mode, cuda, name)
         self._split = None
+        #: whether calls may attach a JitBackward node (inputs and outputs that need it)
+        self.grad_out = any(rg) and any(diff)
+        #: the results' structure from the output tensors (see :func:`_rebuild`)
+        self.rebuild = _rebuild(out_spec, self.static_out, out_pos)
 
     # ------------------------------------------------------------------ validity
     def valid(self) -> bool:
@@ -337,7 +344,7 @@ class _Entry:
     def call(self, leaves: list) -> Any:
         user_inputs = [leaves[k] for k in self.dynamic] + self.implicit
         arrays = [t._data if isinstance(t, Tensor) else np.asarray(t) for t in user_inputs]
-        if any(self.rg) and any(self.diff) and self._split is not None:
+        if self.grad_out and self._split is not None:
             outs = self.program.run("fwd", self._graph_of, arrays)  # timed for the policy
             n = len(self.graph.outputs)
             return self.finish(user_inputs, outs[:n], outs[n:])
@@ -346,9 +353,9 @@ class _Entry:
     def finish(self, user_inputs: list, arrays: list[np.ndarray],
                residuals: list[np.ndarray] | None) -> Any:
         """Wrap output arrays as tensors (with a JitBackward node when needed)."""
-        outs = [Tensor._make(_own_dtype(a)) for a in arrays] if not self.cuda else \
+        outs = [wrap_array(_own_dtype(a)) for a in arrays] if not self.cuda else \
             [Tensor._make(a, device=_device_of(a)) for a in arrays]
-        if any(self.rg) and any(self.diff) and STATE.grad_enabled:
+        if self.grad_out and STATE.grad_enabled:
             edges = [gradient_edge(t) if r else None
                      for t, r in zip(user_inputs, self.rg, strict=True)]
             node = JitBackward(edges)
@@ -364,10 +371,7 @@ class _Entry:
                     t._requires_grad = True
                     t.grad_fn = node
                     t._output_nr = k
-        leaves = list(self.static_out)
-        for k, t in zip(self.out_pos, outs, strict=True):
-            leaves[k] = t
-        return pytree.unflatten(self.out_spec, leaves)
+        return self.rebuild(outs)
 
     # ------------------------------------------------------------------ text
     def describe(self) -> str:
@@ -444,14 +448,61 @@ class JitBackward(Node):
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 
+def _rebuild(spec: tuple, static_out: list, out_pos: list[int]) -> Callable[[list], Any]:
+    """``outs -> results``: the output tensors ``outs`` (in ``out_pos`` order) and the
+    static leaves ``static_out`` in the structure ``spec``. Planned once per signature:
+    nested tuples of output tensors (the common case) are sliced, not walked leaf by
+    leaf (:func:`nbgrad.pytree.unflatten`, which every other structure takes)."""
+    planned = _plan(spec, 0) if out_pos == list(range(len(static_out))) else None
+    if planned is not None and planned[1] == len(out_pos):
+        return planned[0]
+
+    def general(outs: list) -> Any:
+        leaves = list(static_out)
+        for k, t in zip(out_pos, outs, strict=True):
+            leaves[k] = t
+        return pytree.unflatten(spec, leaves)
+    return general
+
+
+def _plan(s: tuple, start: int) -> tuple[Callable[[list], Any], int] | None:
+    """``(build, n)``: ``build(outs)`` is the tuple structure ``s`` of ``outs[start:start +
+    n]``; None for any other structure."""
+    if s[0] == "leaf":
+        return (lambda outs: outs[start]), 1
+    if s[0] != "tuple":
+        return None
+    if all(k[0] == "leaf" for k in s[1]):
+        stop = start + len(s[1])
+        return (lambda outs: tuple(outs[start:stop])), len(s[1])
+    kids, n = [], 0
+    for k in s[1]:
+        sub = _plan(k, start + n)
+        if sub is None:
+            return None
+        kids.append(sub[0])
+        n += sub[1]
+    return (lambda outs: tuple([f(outs) for f in kids])), n
+
+
+#: ``id(dtype) -> (dtype, its canonical object)`` for the dtype objects of results: code
+#: Numba loaded from its disk cache gives its arrays one equal copy per dtype (the entry
+#: keeps the object alive, so its id is not reused); cleared when it grows large
+_CANON: dict[int, tuple[np.dtype, np.dtype]] = {}
+
+
 def _own_dtype(a: np.ndarray) -> np.ndarray:
     """``a`` with NumPy's own dtype object (:func:`nbgrad.dtypes.canonical`), or a
     jitted function's results would take the slow path in every later eager op."""
     dt = a.dtype
     if dt is _F64 or dt is _F32:
         return a
-    canon = dtypes.canonical(dt)
-    return a if canon is dt else a.view(canon)
+    seen = _CANON.get(id(dt))
+    if seen is None or seen[0] is not dt:
+        if len(_CANON) >= 256:
+            _CANON.clear()
+        seen = _CANON[id(dt)] = (dt, dtypes.canonical(dt))
+    return a if seen[1] is dt else a.view(seen[1])
 
 
 def _device_of(array):

@@ -12,10 +12,13 @@ CUDA kernels (:mod:`nbgrad.jit.cuda.fusion`). Generated code comes wrapped in a
 (from the jit mode); in ``mode="auto"`` promotion to tier 2 by time spent in tier 1
 (:meth:`Program.hot`: as in ski rental, once the runs have cost about what compiling is
 expected to cost, :func:`compile_estimate`; at once for a graph whose one run costs a
-noticeable part of that), compiled in a background thread (:meth:`Program.promote`;
+noticeable part of that; before the first tier-1 run where the trace was heavy,
+:meth:`Program.early`), compiled in a background thread (:meth:`Program.promote`;
 tier 1 runs meanwhile); the swap to generated code once its first result agreed with
-tier 1; then the measurement (:meth:`Program.measure`): tier 2 stays only if its runs
-measured faster than tier 1's (``mode="compile"`` times a few tier-1 runs for it), else
+tier 1 (the check runs the program's tier-1 tape); then the measurement
+(:meth:`Program.measure`, on runs no background compile overlapped): tier 2 stays only
+if its runs measured faster than tier 1's (a trial times a few more tier-1 runs where
+there were too few to tell; ``mode="compile"`` has none), else
 the program goes back to tier 1 (:data:`TIER1_SLOWER`). Tier 1 for good also after a
 mismatch (:data:`~nbgrad.jit.verify.TIER1_MISMATCH`) or a graph tier 2 refuses
 (:data:`TIER1_FINAL`). Runs are timed without the time spent in Numba's compiler
@@ -25,12 +28,13 @@ mismatch (:data:`~nbgrad.jit.verify.TIER1_MISMATCH`) or a graph tier 2 refuses
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 from numba.core import event
@@ -45,6 +49,7 @@ from .trace.function_trace import expand
 from .trace.handles import owning
 from .trace.ir import Graph, LoopInfo
 from .verify import TIER1_MISMATCH, Checked, OnHost, checked
+from .verify import enabled as verify_enabled
 
 #: calls run in tier 1 (the call that traces is not one) before ``mode="auto"`` may
 #: promote a graph: a function called once is never compiled
@@ -63,15 +68,22 @@ COMPILE_CACHED_S = 0.05
 #: promoted after its first call in tier 1; a 0.1 ms graph once its calls have cost
 #: the compile estimate, after about ten thousand calls)
 HEAVY_FRACTION = 1 / 40
+#: a graph whose trace cost this many times what makes a call heavy (the trace runs
+#: eager ops, up to a few times slower than tier 1) is promoted before its first run in
+#: tier 1 (:meth:`Program.early`), if the trace took at least :data:`EARLY_OP_S` per op
+#: it recorded (else its time is the tracer's own: an unrolled Python loop of small ops)
+EARLY_MARGIN = 4.0
+EARLY_OP_S = 1e-3
 #: the longest the call after a promotion waits for it when the generated code is in
 #: the cache folder (loading takes tens of ms): at most half of one tier-1 call, once
 QUICK_WAIT_S = 0.25
 #: timed runs of tier 2 (after its first) that decide whether it stays
 MEASURE_RUNS = 3
-#: timed runs of tier 1 in ``mode="compile"`` (which has none from before) that decide
+#: timed runs of tier 1 that decide (``mode="compile"`` has none from before, a heavy
+#: graph one or two: a trial of tier 1 times the rest, :meth:`Program.measure`)
 TRIAL_RUNS = 2
-#: a ratio that decides early: tier 2 this much faster than tier 1 stays at once, and a
-#: trial stops once tier 1 measured this much slower
+#: a ratio that decides early: tier 2 this much faster than tier 1 stays at once, and
+#: fewer tier-1 runs than :data:`TRIAL_RUNS` decide where the two are this far apart
 CLEAR_RATIO = 2.0
 #: whether tier 2 is kept only where it measured faster (``NBGRAD_TIER_MEASURE=0``: no
 #: measuring, tier 2 stays once its first result agreed; the test suite turns it off so
@@ -180,14 +192,20 @@ class Program:
         self.calls = 0
         #: seconds spent running in tier 1 so far (see :meth:`hot`)
         self.seconds = 0.0
-        #: timed runs by tier ("interpret", "compile"): count and fastest, by role
+        #: timed runs by tier ("interpret", "compile"): count and fastest, by role, of the
+        #: runs that no background compile overlapped (:func:`quiet`), and the check's
+        #: run of the tier-1 tape (the swap waits for the compile: it overlaps none)
         self.samples = {"interpret": timing.Samples(), "compile": timing.Samples()}
+        #: every timed tier-1 run (for :meth:`hot`: whether a graph is heavy)
+        self.rough = timing.Samples()
         #: the measurement's verdict once made: {"tier1_s", "tier2_s", "kept"} (one call's
         #: fastest time in each tier, summed over the roles compared)
         self.measured: dict | None = None
         #: whether this program measures tier 2 against tier 1 (:data:`MEASURE` when made)
         self.measuring = MEASURE
         self._budget: tuple[int, float] | None = None
+        #: seconds the trace ran the function (eager ops; see :meth:`traced`)
+        self.trace_seconds: float | None = None
         self._exe: dict[str, Executable] = {}
         self._tier1: dict[str, Executable] = {}  # tier-1 executables replaced by tier 2
         self._trial: dict[str, Executable] | None = None  # tier 2's, while tier 1 is timed
@@ -227,14 +245,23 @@ class Program:
         quick = self._quick
         if quick is not None:  # cached code loads in less than the tier-1 call it saves
             self._quick = None
-            t1 = self.samples["interpret"]
+            t1 = self.rough
             quick.join(min(QUICK_WAIT_S, 0.5 * t1.total(t1.best)))
         exe = self._get(role, graph_of)
+        if count and self.trace_seconds is not None and self.early(exe):
+            self.start_promotion()
+        checks = isinstance(exe, Checked) and exe.verdict is None
+        token = quiet()
         compiling = timing.compile_seconds()
         start = timing.clock()
         outs = owning(exe).run(arrays)
         seconds = timing.clock() - start - (timing.compile_seconds() - compiling)
-        self.called(max(seconds, 0.0), count, role, run_tier(exe), exe)
+        clean = stayed_quiet(token)
+        if checks and clean and exe.verdict and exe.tier1_seconds is not None and \
+                exe.fallback is not None and exe.fallback is self._tier1.get(role):
+            # the check ran the tape this program ran (warm), after the compile
+            self.samples["interpret"].add(role, exe.tier1_seconds)
+        self.called(max(seconds, 0.0), count, role, run_tier(exe), exe, clean)
         if count and interpreter.PENDING:  # after a result: tier 1 ran eager ops for it
             build_interpreter()
         return outs
@@ -268,20 +295,25 @@ class Program:
 
     # ------------------------------------------------------------------ the policy
     def called(self, seconds: float, count: bool = True, role: str = "main",
-               tier: str | None = "interpret", exe: Executable | None = None) -> None:
+               tier: str | None = "interpret", exe: Executable | None = None,
+               clean: bool = True) -> None:
         """Count one call (a backward run: ``count=False``) whose run of ``role`` took
         ``seconds`` in ``tier`` (None: a run that times neither tier); then promote
         (:meth:`hot`) or measure (:meth:`measure`) where the policy says so. The first
-        run of each tier-2 executable ``exe`` is not a sample (it may load code)."""
+        run of each tier-2 executable ``exe`` is not a sample (it may load code), nor is
+        a run that shared the machine with a background compile (``clean=False``: it
+        would make its tier look slower than it is)."""
         self.calls += count
         if tier == "interpret":
             self.seconds += seconds
-            self.samples["interpret"].add(role, seconds)
+            self.rough.add(role, seconds)
+            if clean:
+                self.samples["interpret"].add(role, seconds)
         elif tier == "compile":
-            if exe is None or id(exe) in self._warm:
-                self.samples["compile"].add(role, seconds)
-            else:
+            if exe is not None and id(exe) not in self._warm:
                 self._warm.add(id(exe))
+            elif clean:
+                self.samples["compile"].add(role, seconds)
         if self.mode == "auto" and self.tier == "interpret" and \
                 self.calls >= PROMOTE_AFTER and tier2() is not None and self.hot():
             self.start_promotion()
@@ -297,9 +329,13 @@ class Program:
                 return
             self.tier = PROMOTING
         thread = self.promote()
-        if PROMOTE_SECONDS is None and \
-                self.budget() <= COMPILE_CACHED_S * len(self._exe) + 1e-9:
+        if PROMOTE_SECONDS is None and self.cached():
             self._quick = thread
+
+    def cached(self) -> bool:
+        """Whether the generated code of every role is in the cache folder (by
+        :meth:`budget`: a promotion that loads it takes tens of ms)."""
+        return self.budget() <= COMPILE_CACHED_S * len(self._exe) + 1e-9
 
     def budget(self) -> float:
         """The tier-1 seconds after which this program is promoted: :data:`PROMOTE_SECONDS`
@@ -311,12 +347,36 @@ class Program:
             self._budget = (len(exes), compile_estimate([e.graph for e in exes.values()]))
         return self._budget[1]
 
+    def traced(self, seconds: float, nodes: int) -> None:
+        """The trace recorded ``nodes`` ops, running them with eager ops in ``seconds``
+        (compile time left out): a first guess at what one call costs (:meth:`early`)."""
+        self.trace_seconds = seconds if seconds >= nodes * EARLY_OP_S else None
+
+    def early(self, exe: Executable) -> bool:
+        """Whether to promote at the start of the first call in tier 1, before its run
+        (the compile then runs beside it): a trace that cost :data:`EARLY_MARGIN` times
+        what makes a call heavy by :meth:`hot`'s rule, of a graph whose generated code
+        is not in the cache folder (a load is quick). Only where the interpreter is
+        loaded (a compile holds Numba's lock) and the promotion check is on: the
+        check's tier-1 run is then the sample the measurement uses, as every other
+        tier-1 run of such a program overlaps the compile (see :attr:`samples`)."""
+        if self.rough.count:  # decided: tier 1 ran
+            self.trace_seconds = None
+            return False
+        return (self.mode == "auto" and self.tier == "interpret"
+                and self.trace_seconds is not None and PROMOTE_SECONDS is None
+                and self.calls + 1 >= PROMOTE_AFTER and verify_enabled()
+                and tier2() is not None
+                and self.trace_seconds >= self.budget() * HEAVY_FRACTION * EARLY_MARGIN
+                and not self.cached()
+                and bool(getattr(exe, "native_ready", lambda: False)()))
+
     def hot(self) -> bool:
         """Whether tier 1 has run long enough to promote: the time spent reached the
         :meth:`budget` (ski rental), or one call (the fastest run of each role) costs
         :data:`HEAVY_FRACTION` of it."""
         budget = self.budget()
-        t1 = self.samples["interpret"]
+        t1 = self.rough
         return self.seconds >= budget or t1.total(t1.best) >= budget * HEAVY_FRACTION
 
     def measure(self) -> None:
@@ -324,10 +384,12 @@ class Program:
 
         Compared: the fastest of :data:`MEASURE_RUNS` runs of each role in tier 2 (fewer
         where it is already :data:`CLEAR_RATIO` times faster) against its fastest run in
-        tier 1, summed over the roles. Tier-1 runs come from before the promotion; where
-        there are none (``mode="compile"``), those roles run a trial of
-        :data:`TRIAL_RUNS` calls in tier 1 (both tiers give the same results). Slower
-        or as fast: the program goes back to tier 1 for good (:data:`TIER1_SLOWER`).
+        tier 1, summed over the roles; only runs that no background compile overlapped
+        (:attr:`samples`). Tier-1 runs come from before the promotion and from the
+        promotion check; where there are fewer than :data:`TRIAL_RUNS` (``mode="compile"``:
+        none) and the two are not :data:`CLEAR_RATIO` apart, the roles run a trial of
+        tier 1 (both tiers give the same results) until there are. Slower or as fast:
+        the program goes back to tier 1 for good (:data:`TIER1_SLOWER`).
         """
         t1, t2 = self.samples["interpret"], self.samples["compile"]
         with self._lock:
@@ -337,7 +399,7 @@ class Program:
                 roles = list(self._trial)
                 if not all(t1.has(r) for r in roles) or (
                         not all(t1.has(r, TRIAL_RUNS) for r in roles) and
-                        t1.total(roles) < CLEAR_RATIO * t2.total(roles)):
+                        not self._clear(roles, True) and not self._clear(roles, False)):
                     return
                 self._decide(roles, t1.total(roles), t2.total(roles))
                 return
@@ -345,15 +407,26 @@ class Program:
             if not roles or not all(t2.has(r) for r in roles):
                 return
             known = [r for r in roles if t1.has(r)]
-            if known and (all(t2.has(r, MEASURE_RUNS) for r in known) or
-                          CLEAR_RATIO * t2.total(known) <= t1.total(known)):
+            if known and self._clear(known, True):
                 self._decide(known, t1.total(known), t2.total(known))
-            elif not known and all(t2.has(r, MEASURE_RUNS) for r in roles):
-                # mode="compile": no tier-1 runs yet; time a few (its results are the same)
+            elif all(t2.has(r, MEASURE_RUNS) for r in roles):
+                if known and (all(t1.has(r, TRIAL_RUNS) for r in known) or
+                              self._clear(known, False)):
+                    self._decide(known, t1.total(known), t2.total(known))
+                    return
+                # too few tier-1 runs to tell (mode="compile": none; a heavy graph: its
+                # runs overlapped the compile but one): time a few (the same results)
                 self._trial = {}
                 for r in roles:
                     self._trial[r] = self._exe[r]
                     self._exe[r] = self._tier1.get(r) or build(self._exe[r].graph, "interpret")
+
+    def _clear(self, roles: list[str], faster: bool) -> bool:
+        """Whether tier 2 measured :data:`CLEAR_RATIO` times faster (or slower) than
+        tier 1 on ``roles``: no more runs could change the verdict."""
+        t1 = self.samples["interpret"].total(roles)
+        t2 = self.samples["compile"].total(roles)
+        return CLEAR_RATIO * t2 <= t1 if faster else CLEAR_RATIO * t1 <= t2
 
     def _decide(self, roles: list[str], tier1_s: float, tier2_s: float) -> None:
         """The measurement's verdict (called holding the lock)."""
@@ -384,6 +457,10 @@ class Program:
         return thread
 
     def _promote(self) -> None:
+        with compiling():
+            self._promote_now()
+
+    def _promote_now(self) -> None:
         _IN_PROMOTION.active = True
         try:
             built: dict[str, Executable] = {}
@@ -410,6 +487,8 @@ class Program:
                 old = self._exe.get(role)
                 if old is not None and run_tier(old) == "interpret":
                     self._tier1[role] = old  # kept for the way back (measured slower)
+                    if isinstance(new, Checked) and new.fallback is None:
+                        new.fallback = old  # the check runs the tape that ran (warm)
                 self._exe[role] = self.adopt(role, new)
             self.tier = "compile"
 
@@ -439,7 +518,8 @@ def build_interpreter() -> threading.Thread:
     def work() -> None:
         _IN_PROMOTION.active = True
         try:
-            interpreter.build_pending()
+            with compiling():
+                interpreter.build_pending()
         except Exception:
             if not _EXITING:
                 interpreter.PENDING.clear()
@@ -453,6 +533,35 @@ def build_interpreter() -> threading.Thread:
 
 
 _INTERPRETER_BUILD: threading.Thread | None = None
+
+#: [background compiles in flight, compiles started or ended so far] (see :func:`quiet`)
+_COMPILES = [0, 0]
+_COMPILES_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def compiling() -> Iterator[None]:
+    """Marks a background compile (a promotion, an interpreter build) while inside."""
+    with _COMPILES_LOCK:
+        _COMPILES[0] += 1
+        _COMPILES[1] += 1
+    try:
+        yield
+    finally:
+        with _COMPILES_LOCK:
+            _COMPILES[0] -= 1
+            _COMPILES[1] += 1
+
+
+def quiet() -> int | None:
+    """None while a background compile runs, else a token that :func:`stayed_quiet`
+    compares: a run timed between the two shared the CPU (and the GIL) with no compile."""
+    return None if _COMPILES[0] else _COMPILES[1]
+
+
+def stayed_quiet(token: int | None) -> bool:
+    """Whether no background compile ran since :func:`quiet` gave ``token``."""
+    return token is not None and _COMPILES[0] == 0 and _COMPILES[1] == token
 
 
 class PromotionAbandoned(Exception):

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from numba.core import event
+
+T = TypeVar("T")
 
 #: the clock runs are timed with (seconds; a test may replace it)
 clock = time.perf_counter
@@ -56,6 +60,14 @@ def compile_seconds() -> float:
     if getattr(_LOCAL, "depth", 0):  # inside a compile now
         total += clock() - _LOCAL.start
     return total
+
+
+def timed(fn: Callable[..., T], *args: Any) -> tuple[T, float]:
+    """``fn(*args)`` and the seconds it took, without this thread's compile time."""
+    install()
+    compiling, start = compile_seconds(), clock()
+    out = fn(*args)
+    return out, max(clock() - start - (compile_seconds() - compiling), 0.0)
 
 
 class Samples:

@@ -22,6 +22,10 @@ from .storage import _assign, place_outside
 if TYPE_CHECKING:
     from .lowering import Lowering
 
+#: pools of at least this many bytes are made afresh rather than copied (:meth:`_new_pool`)
+POOL_AFRESH_BYTES = 1 << 20
+
+
 class TapeExecutable(Executable):
     """A lowered graph: native segments of the interpreter and eager steps."""
 
@@ -49,9 +53,7 @@ class TapeExecutable(Executable):
         self.in_locs = in_locs
         self.out_locs = out_locs
         self.side_consts = {id(v): a for v, a in graph.consts.items() if id(v) in lw.side}
-        self.template = np.zeros(self.size, self.dtype)
-        for st, arr in lw.consts:
-            self.template[st.offset:st.offset + arr.size] = arr  # storages hold >= 1
+        self.template = self._fresh_pool()
         #: reuse one pool across calls (False: a fresh pool per call, freed after it; for
         #: loops run once while a graph is traced, so large pools do not stay resident)
         self.keep_pool = True
@@ -113,11 +115,26 @@ class TapeExecutable(Executable):
         if self.keep_pool and self._lock.acquire(blocking=False):
             try:
                 if self._pool is None:
-                    self._pool = self.template.copy()
+                    self._pool = self._new_pool()
                 return self._run(self._pool, arrays)
             finally:
                 self._lock.release()
-        return self._run(self.template.copy(), arrays)
+        return self._run(self._new_pool(), arrays)
+
+    def _fresh_pool(self) -> np.ndarray:
+        """A pool as a run starts from: zeros but for the constants."""
+        pool = np.zeros(self.size, self.dtype)
+        for st, arr in self.lw.consts:
+            pool[st.offset:st.offset + arr.size] = arr  # storages hold >= 1
+        return pool
+
+    def _new_pool(self) -> np.ndarray:
+        """A copy of :attr:`template` to run in. A large pool is made afresh instead:
+        zeroed memory comes from the system untouched, and copying the template would
+        write every page before the run does (W3's 192 MB pool: a quarter of a run)."""
+        if self.template.nbytes >= POOL_AFRESH_BYTES:
+            return self._fresh_pool()
+        return self.template.copy()
 
     def native_ready(self) -> bool:
         """Whether the interpreter runs this tape without compiling first (see

@@ -10,15 +10,27 @@ The deferred ones load the first time any other code compiles or loads (a user's
 nbgrad's FFT ops import rocket-fft themselves before their natives run
 (:func:`nbgrad.kernels.fft.require_rocket_fft`). Nothing is deferred if Numba had
 initialised its extensions before nbgrad was imported.
+
+Numba's first compile also imports ``numba.np.arraymath``, whose import asks whether
+SciPy's BLAS is there by importing ``scipy.linalg.cython_blas``, and so all of
+``scipy.linalg`` (0.3-0.5 s). :func:`install` answers that one question by finding the
+extension module's file instead (:func:`_blas_present`); ``scipy.linalg`` then loads where
+BLAS or LAPACK is used (Numba's own checks at typing, its runtime's first call).
 """
 
 from __future__ import annotations
 
 import sys
 import warnings
-from importlib import metadata
+from importlib import machinery, metadata
+from pathlib import Path
 
 from numba.core import entrypoints
+
+try:
+    from numba.np import linalg as _nb_linalg
+except ImportError:  # pragma: no cover - a Numba without it: nothing to defer
+    _nb_linalg = None
 
 #: top-level modules of the entry points deferred while only nbgrad's code compiles
 DEFERRED = ("rocket_fft",)
@@ -87,9 +99,43 @@ def load_deferred(everything: bool = False) -> None:
         _load(ep)
 
 
+def _blas_present() -> None:
+    """Numba's BLAS check without importing ``scipy.linalg``: SciPy's ``cython_blas``
+    extension module is installed (ImportError if not, as Numba's check raises), and
+    of the integer width Numba was built for."""
+    import scipy
+
+    folder = Path(scipy.__file__).parent / "linalg"
+    if not any((folder / f"cython_blas{suffix}").is_file()
+               for suffix in machinery.EXTENSION_SUFFIXES):
+        raise ImportError("scipy.linalg.cython_blas is required for linear algebra")
+    _nb_linalg._check_lapack_int_width()
+
+
+def _ensure_blas_once() -> None:
+    """Stands in for ``numba.np.linalg.ensure_blas`` until its first call: the import of
+    ``numba.np.arraymath`` (which only asks whether BLAS is there) gets
+    :func:`_blas_present`; any other caller gets Numba's own. Numba's is back after it."""
+    _nb_linalg.ensure_blas = _ORIGINAL_BLAS
+    caller = sys._getframe(1)
+    if caller.f_code.co_name == "_check_blas" and \
+            caller.f_globals.get("__name__") == "numba.np.arraymath":
+        _blas_present()
+        return
+    _ORIGINAL_BLAS()
+
+
+_ORIGINAL_BLAS = getattr(_nb_linalg, "ensure_blas", None)
+
+
 def install() -> None:
-    """Once, before Numba's first compile: defer :data:`DEFERRED` (see the module
-    docstring). Nothing to do where Numba initialised its extensions already."""
+    """Once, before Numba's first compile: defer :data:`DEFERRED` and the import of
+    ``scipy.linalg`` (see the module docstring). Nothing to do where Numba initialised
+    its extensions (or imported ``numba.np.arraymath``) already."""
+    if _ORIGINAL_BLAS is not None and "numba.np.arraymath" not in sys.modules and \
+            hasattr(_nb_linalg, "_check_lapack_int_width") and \
+            _nb_linalg.ensure_blas is _ORIGINAL_BLAS:
+        _nb_linalg.ensure_blas = _ensure_blas_once
     if getattr(entrypoints, "_already_initialized", True) or \
             entrypoints.init_all is not _ORIGINAL:
         return  # (also where a Numba without these internals is installed)

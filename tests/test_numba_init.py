@@ -1,6 +1,6 @@
 """Numba's extension entry points: rocket-fft (and its ``scipy.fft``) loads only where an
-FFT or code outside nbgrad needs it (:mod:`nbgrad.numba_init`). Fresh processes: the
-entry points load once per process."""
+FFT or code outside nbgrad needs it, and ``scipy.linalg`` only where BLAS or LAPACK is
+used (:mod:`nbgrad.numba_init`). Fresh processes: these load once per process."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import sys
 import textwrap
 
 import pytest
-
-pytest.importorskip("rocket_fft")
 
 SCRIPT = textwrap.dedent("""
     import sys
@@ -34,8 +32,38 @@ SCRIPT = textwrap.dedent("""
 
 @pytest.mark.parametrize("then", ["fft", "user"])
 def test_rocket_fft_waits_for_an_fft(then):
+    pytest.importorskip("rocket_fft")
     proc = subprocess.run([sys.executable, "-c", SCRIPT, then], capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "deferred True" in proc.stdout, proc.stdout
     assert "fft True True" in proc.stdout, proc.stdout
+
+
+BLAS_SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import nbgrad as nb
+    from numba import njit
+
+    x = nb.tensor(np.linspace(-1.0, 1.0, 7), requires_grad=True)
+    (nb.sin(x) * x).sum().backward()  # nbgrad's kernels load or compile
+    print("deferred", "scipy.linalg" not in sys.modules, "numba.np.arraymath" in sys.modules)
+    a = np.arange(6.0).reshape(2, 3)
+    ok_user = np.allclose(njit(lambda u, v: np.dot(u, v))(a, a.T), a @ a.T)  # a user's BLAS
+    m = nb.tensor(a, requires_grad=True)
+    (m @ m.T).sum().backward()  # nbgrad's own
+    print("blas", ok_user, np.allclose(m.grad.numpy(), 2 * a.sum(0) * np.ones_like(a)),
+          "scipy.linalg" in sys.modules)
+""")
+
+
+def test_scipy_linalg_waits_for_blas():
+    """Numba's import of numba.np.arraymath (at its first compile) no longer imports all
+    of scipy.linalg to ask whether BLAS is there; BLAS still works for a user's @njit and
+    for nbgrad's matmul afterwards."""
+    proc = subprocess.run([sys.executable, "-c", BLAS_SCRIPT], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "deferred True True" in proc.stdout, proc.stdout
+    assert "blas True True True" in proc.stdout, proc.stdout

@@ -180,3 +180,52 @@ def test_first_w1_call_asks_for_no_binary_kernel(monkeypatch):
     f(nb.tensor(rng.standard_normal((4, 4))), nb.tensor(rng.standard_normal(4)),
       nb.tensor(rng.standard_normal(4)))
     assert asked and set(asked) <= {"unary_tanh"}, asked
+
+
+def test_lean_path_runs_the_exact_ufunc_bit_for_bit(monkeypatch):
+    # small float tensors on the lean path (dispatch.apply_lean) run the op's exact ufunc
+    # (ScalarOp.ufunc), not its compiled kernel: the kernel's values, dtypes and shapes
+    from nbgrad.ops import elementwise as el
+    from nbgrad.ops.registry import get
+
+    kern = {n: ew.kernel_function("binary", n) for n in UFUNC_OPS}
+    for name in UFUNC_OPS:  # fresh lean kernels, which have looked up no compiled kernel
+        monkeypatch.setattr(get(name), "lean", el._lean_binary(name, ew.BINARY[name].kind))
+    asked = kernels_asked(monkeypatch)
+    rng = np.random.default_rng(61)
+    pool = np.asarray(SPECIALS + list(rng.standard_normal(6) * 3))
+    reflected = {"add": lambda s, t: s + t, "sub": lambda s, t: s - t,
+                 "mul": lambda s, t: s * t, "div": lambda s, t: s / t}
+
+    def want(name, a, b, mode):  # the kernel: mode 0 same shapes, 1 b one element, 2 a
+        out = np.empty(b.shape if mode == 2 else a.shape, _out_dtype(name, a.dtype))
+        kern[name](a.reshape(-1).copy(), b.reshape(-1).copy(), out.reshape(-1), mode,
+                   ew.EMPTY, ew.EMPTY, ew.EMPTY)
+        return out
+
+    def same(got, ref):
+        assert got.dtype == ref.dtype and got.shape == ref.shape
+        np.testing.assert_array_equal(got, ref)
+        if ref.dtype.kind == "f":
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(ref))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no NumPy floating-point warnings
+        for shape in [(7,), (3, 4), (0,), (1,), ()]:
+            if shape == ():  # 0-d operands keep the kernel
+                assert asked == [], asked
+            for dtype in (np.float64, np.float32):
+                with np.errstate(all="ignore"):  # 1e308 in float32
+                    a = pool[rng.integers(0, len(pool), shape)].astype(dtype)
+                    b = pool[rng.integers(0, len(pool), shape)].astype(dtype)
+                    s = np.asarray(pool[rng.integers(0, len(pool))], dtype)
+                ta, tb, ts = nb.tensor(a), nb.tensor(b), nb.tensor(s)
+                for name in UFUNC_OPS:
+                    f = getattr(nb, name)
+                    same(f(ta, tb).numpy(), want(name, a, b, 0))
+                    same(f(ta, ta).numpy(), want(name, a, a, 0))
+                    same(f(ta, ts).numpy(), want(name, a, s, 1))
+                    same(f(ta, -2.5).numpy(), want(name, a, np.asarray(-2.5, dtype), 1))
+                    if name in reflected:
+                        same(reflected[name](3, ta).numpy(),
+                             want(name, np.asarray(3.0, dtype), a, 2))

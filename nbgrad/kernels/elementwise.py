@@ -447,6 +447,30 @@ def _quiet(ufunc, *args, out: np.ndarray) -> None:
         _extobj_contextvar.reset(token)
 
 
+def quiet_ufunc(name: str):
+    """``call(*arrays)``: the op ``name``'s exact ufunc (:attr:`ScalarOp.ufunc`) returning a
+    new array, floating-point warnings off; None for an op without one. For the eager lean
+    path on float arrays of one dtype, at least 1-d, under :data:`UFUNC_MAX` elements."""
+    ufunc = _UFUNCS.get(name) if name in BINARY else _UNARY_UFUNCS.get(name)
+    if ufunc is None:
+        return None
+    if _extobj_contextvar is None:  # pragma: no cover
+
+        def call(*arrays):
+            with np.errstate(all="ignore"):
+                return ufunc(*arrays)
+        return call
+    setvar, reset, quiet = _extobj_contextvar.set, _extobj_contextvar.reset, _QUIET
+
+    def call(*arrays):
+        token = setvar(quiet)
+        try:
+            return ufunc(*arrays)
+        finally:
+            reset(token)
+    return call
+
+
 def kernel_function(prefix: str, name: str):
     """The compiled dispatcher ``<prefix>_<name>`` of the generated module (cached)."""
     key = f"{prefix}_{name}"

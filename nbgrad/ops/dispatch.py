@@ -40,6 +40,8 @@ _observer: Callable[[OpDef, list], None] | None = None
 _forward: Callable[[OpDef, tuple, list], None] | None = None
 #: ``(src, dst)``: gives ``dst`` the tangents of ``src`` (in-place ops), with ``_forward``
 _transfer: Callable[[Tensor, Tensor, bool], None] | None = None
+#: an observer or a forward hook is installed (the lean path then steps aside)
+_hooked = False
 
 
 def set_recorder(record: Callable[[OpDef, tuple, list], None]) -> None:
@@ -50,16 +52,18 @@ def set_recorder(record: Callable[[OpDef, tuple, list], None]) -> None:
 
 def set_observer(observe: Callable[[OpDef, list], None] | None) -> None:
     """Install (or with None remove) the hook called with every op's outputs."""
-    global _observer
+    global _observer, _hooked
     _observer = observe
+    _hooked = _observer is not None or _forward is not None
 
 
 def set_forward(hook: Callable[[OpDef, tuple, list], None] | None,
                 transfer: Callable[[Tensor, Tensor, bool], None] | None = None) -> None:
     """Install (or with None remove) the forward-mode hook called after every op, and the
     function that moves a tensor's tangents to the tensor standing for it."""
-    global _forward, _transfer
+    global _forward, _transfer, _hooked
     _forward, _transfer = hook, transfer
+    _hooked = _observer is not None or _forward is not None
 
 
 def transfer_tangent(src: Tensor, dst: Tensor, replace: bool = False) -> None:
@@ -211,9 +215,8 @@ def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | No
     made it).
     """
     lean = op.lean
-    if (lean is None or not isinstance(self, Tensor) or self._device is not cpu_device
-            or STATE_TRACE.tracer is not None or _observer is not None
-            or _forward is not None):
+    if (lean is None or _hooked or STATE_TRACE.tracer is not None
+            or not isinstance(self, Tensor) or self._device is not cpu_device):
         return None
     x = self._data
     dt = x.dtype
@@ -225,16 +228,21 @@ def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | No
             (op.run_record or _recorder)(op, (self,), [out])
         return out
     if isinstance(other, Tensor):
+        if other is self:  # x * x: checked above
+            out = wrap_array(lean(x, x))
+            if self._requires_grad and STATE.grad_enabled and op.differentiable:
+                (op.run_record or _recorder)(op, (self, self), [out])
+            return out
         y = other._data
         if (other._device is not cpu_device or y.dtype is not dt
                 or (y.ndim and (y.shape != x.shape or not y.flags.c_contiguous))):
             return None
         if y.ndim:
-            out = wrap_array(lean(x, y, False))
+            out = wrap_array(lean(x, y))
         else:
             pair = _FLAT.get(id(other))
-            out = wrap_array(lean(x, y, False) if pair is None or pair[0] is not other
-                             else lean(x, pair[1], True))
+            out = wrap_array(lean(x, y, None if pair is None or pair[0] is not other
+                                  else pair[1]))
         if ((self._requires_grad or other._requires_grad) and STATE.grad_enabled
                 and op.differentiable):
             (op.run_record or _recorder)(op, (self, other), [out])
@@ -243,10 +251,9 @@ def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | No
         other = _weak_scalar(other)
         if other is None:
             return None
-    key = other if other else ("zero", math.copysign(1.0, other))
-    pair = _CONSTANTS[dt].get(key)
+    pair = _CONSTANTS[dt].get(other if other else ("zero", math.copysign(1.0, other)))
     o, flat = _constant(other, dt) if pair is None else pair
-    out = wrap_array(lean(x, flat, True))
+    out = wrap_array(lean(x, o._data, flat))
     if self._requires_grad and STATE.grad_enabled and op.differentiable:
         (op.run_record or _recorder)(op, (self, o), [out])
     return out
@@ -257,16 +264,20 @@ def apply_lean_reflected(op: OpDef, self, other) -> Tensor | None:
     ``1 - x``: a tensor's reflected operators), in :func:`apply_lean`'s common case, else
     None. The record is the general path's: the 0-d constant first."""
     lean = op.lean
-    if (lean is None or self._device is not cpu_device or STATE_TRACE.tracer is not None
-            or _observer is not None or _forward is not None):
+    if (lean is None or _hooked or STATE_TRACE.tracer is not None
+            or self._device is not cpu_device):
         return None
-    value = _weak_scalar(other)
     x = self._data
     dt = x.dtype
-    if value is None or not ((dt is _F64 or dt is _F32) and x.flags.c_contiguous):
+    if not ((dt is _F64 or dt is _F32) and x.flags.c_contiguous):
         return None
-    o, flat = _constant(value, dt)
-    out = wrap_array(lean(x, flat, True, True))
+    if type(other) is not float:
+        other = _weak_scalar(other)
+        if other is None:
+            return None
+    pair = _CONSTANTS[dt].get(other if other else ("zero", math.copysign(1.0, other)))
+    o, flat = _constant(other, dt) if pair is None else pair
+    out = wrap_array(lean(x, o._data, flat, True))
     if self._requires_grad and STATE.grad_enabled and op.differentiable:
         (op.run_record or _recorder)(op, (o, self), [out])
     return out

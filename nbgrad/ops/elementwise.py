@@ -41,12 +41,16 @@ LEAN_SIZE = 4096
 
 def _lean_unary(name: str, kind: str):
     """The lean kernel (``OpDef.lean``) of a unary op without parameters: ``run_unary``
-    less its checks, for a C-contiguous float array."""
-    run, fn, to_bool = ew.run_unary, None, kind == "bool"
+    less its checks, for a C-contiguous float array. An op with an exact ufunc
+    (:attr:`ScalarOp.ufunc <nbgrad.kernels.elementwise.ScalarOp.ufunc>`) calls it on
+    small arrays: the same values, less call overhead than a compiled kernel's."""
+    run, fn, to_bool, exact = ew.run_unary, None, kind == "bool", ew.quiet_ufunc(name)
 
     def lean(x: np.ndarray) -> np.ndarray:
         nonlocal fn
         n = x.size
+        if exact is not None and n < ew.UFUNC_MAX and x.ndim:
+            return exact(x)
         out_dtype = dtypes.bool_ if to_bool else x.dtype
         if n > LEAN_SIZE or n >= parallel.MIN_SIZE:
             return run(name, x, out_dtype)
@@ -64,39 +68,34 @@ def _lean_unary(name: str, kind: str):
 
 def _lean_binary(name: str, kind: str):
     """The lean kernel (``OpDef.lean``) of a binary op: ``run_binary`` less its checks,
-    for C-contiguous arrays of one float dtype. ``b`` has ``a``'s shape or is 0-d; with
-    ``flat`` it is a 0-d operand given as a 1-element 1-d array, and with ``swap`` too
-    the left operand (``b op a``, a reflected operator)."""
+    for C-contiguous arrays ``a``, ``b`` of one float dtype, ``b`` of ``a``'s shape or
+    0-d; ``flat``: a 0-d ``b`` as a writable 1-element 1-d array (a cached constant) or
+    None; ``swap``: ``b`` is the left operand (``b op a``, a reflected operator). An op
+    with an exact ufunc (:attr:`ScalarOp.ufunc`) calls it on small arrays."""
     run, fn, empty, to_bool = ew.run_binary, None, ew.EMPTY, kind == "bool"
+    exact = ew.quiet_ufunc(name)
 
-    def lean(a: np.ndarray, b: np.ndarray, flat: bool = False,
+    def lean(a: np.ndarray, b: np.ndarray, flat: np.ndarray | None = None,
              swap: bool = False) -> np.ndarray:
         nonlocal fn
-        out_dtype = dtypes.bool_ if to_bool else a.dtype
         n = a.size
+        if exact is not None and n < ew.UFUNC_MAX and a.ndim:
+            return exact(b, a) if swap else exact(a, b)
+        out_dtype = dtypes.bool_ if to_bool else a.dtype
         if n > LEAN_SIZE or n >= parallel.MIN_SIZE:
-            if swap:
-                return run(name, b.reshape(()), a, out_dtype)
-            return run(name, a, b.reshape(()) if flat else b, out_dtype)
+            return run(name, b, a, out_dtype) if swap else run(name, a, b, out_dtype)
         if fn is None:
             fn = ew.kernel_function("binary", name)
         out = np.empty(a.shape, out_dtype)
-        if swap:
-            if a.ndim == 1:
-                fn(b, a, out, 2, empty, empty, empty)
+        av, ov = (a, out) if a.ndim == 1 else (a.reshape(-1), out.reshape(-1))
+        if b.ndim:
+            fn(av, b if b.ndim == 1 else b.reshape(-1), ov, 0, empty, empty, empty)
+        else:
+            bv = flat if flat is not None else b.reshape(1)
+            if swap:
+                fn(bv, av, ov, 2, empty, empty, empty)
             else:
-                fn(b, a.reshape(-1), out.reshape(-1), 2, empty, empty, empty)
-            return out
-        if flat:
-            bv, mode = b, 1
-        elif b.ndim:
-            bv, mode = (b if b.ndim == 1 else b.reshape(-1)), 0
-        else:
-            bv, mode = b.reshape(1), 1
-        if a.ndim == 1:
-            fn(a, bv, out, mode, empty, empty, empty)
-        else:
-            fn(a.reshape(-1), bv, out.reshape(-1), mode, empty, empty, empty)
+                fn(av, bv, ov, 1, empty, empty, empty)
         return out
 
     return lean

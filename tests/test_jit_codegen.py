@@ -159,7 +159,7 @@ def test_unstack_invariants_reads_the_invariant_instead_of_a_stack():
     for a, b in zip(replay_arrays(g2, arrays), replay_arrays(g, arrays), strict=True):
         np.testing.assert_array_equal(a, b)
     compiled, _ = compile_and_compare(g, arrays)
-    assert "np.empty((4, 3)" not in compiled.source()
+    assert "nb_empty((4, 3)" not in compiled.source()
 
 
 # ------------------------------------------------------------------ generated code
@@ -177,7 +177,7 @@ def test_w3_value_and_grad_is_one_fused_loop():
     for fn in ("sin(", "exp(", "tanh(", "cos("):
         assert f"v{fn}" in main and f"math.{fn}" in redo
     # no intermediate buffer: only the gradient and the 1-element loss output
-    assert src.count("np.empty(") == 2
+    assert src.count("nb_empty(") == 2
     assert compiled.stats["regions"] == 1 and compiled.stats["fallbacks"] == []
     # and the same as eager autograd
     t = nb.tensor(x, requires_grad=True)
@@ -192,6 +192,56 @@ def test_w3_value_and_grad_is_one_fused_loop():
     again = codegen.compile_graph(g, strict=True)
     assert again.entry is compiled.entry
     assert_close(again.run([x])[1], grad)
+
+
+def test_generated_code_allocates_and_fills_through_intrinsics():
+    """Buffers, blocked loops' partial sums, scalar outputs, fills and permutes go through
+    the intrinsics of nbgrad.jit.tier2.alloc, block bounds need no ``min``: ``np.empty``,
+    ``np.full``, ``ndarray.fill``, ``np.transpose`` and ``min`` make every process compile
+    their overloads again (0.05-0.8 s per signature, seconds for ``np.transpose``)."""
+    x = np.linspace(-1.5, 2.5, 300_000)  # blocked: at least two blocks of 65536
+    src = body_of(codegen.generate(trace(w3, x, wrt=[0])).source)
+    serial = src.partition("def run_graph_parallel")[0]  # (the parallel entry: the same)
+    assert "prange(" in serial and serial.count("nb_empty(") == 4  # gradient, 2 partials, loss
+    a = np.arange(12.0).reshape(3, 4)
+    compiled, (s,) = compile_and_compare(trace(lambda a: (a * 2.0).sum(0), a), [a])
+    np.testing.assert_array_equal(s, (a * 2.0).sum(0))
+    src += body_of(compiled.source())
+    assert "nb_fill(" in src  # the accumulator over a leading dimension is zeroed
+    b = np.arange(24.0).reshape(2, 3, 4)  # np.transpose of 3-d: seconds of compile
+    compiled, (p,) = compile_and_compare(trace(lambda b: (b * 2.0).permute(2, 0, 1), b), [b])
+    np.testing.assert_array_equal(p, np.transpose(b * 2.0, (2, 0, 1)))
+    src += body_of(compiled.source())
+    assert "nb_permuted(v2, (2, 0, 1))" in src
+    for slow in ("np.empty(", "np.full(", ".fill(", "min(", "np.zeros(", "np.transpose("):
+        assert slow not in src
+
+
+def test_alloc_intrinsics():
+    from numba import njit
+
+    from nbgrad.jit.tier2.alloc import empty, fill
+
+    @njit
+    def f(n, b, c):
+        a = empty((n, 3), np.float64)
+        fill(a, 1.5)
+        fill(a[1:, 1], 7)  # a strided view
+        z = empty((), np.bool_)
+        fill(z, np.nan)  # as numpy casts: nan is True
+        fill(b, 2.7)  # int32: truncated
+        fill(c.T, 0.0)
+        return a, z, empty((0, 2), np.float32)
+
+    b, c = np.zeros(4, np.int32), np.ones((2, 3))
+    a, z, e = f(3, b, c)
+    assert a.flags.c_contiguous and a.dtype == np.float64
+    np.testing.assert_array_equal(a, [[1.5, 1.5, 1.5], [1.5, 7, 1.5], [1.5, 7, 1.5]])
+    assert z.shape == () and z.dtype == np.bool_ and bool(z)
+    np.testing.assert_array_equal(b, [2, 2, 2, 2])
+    assert not c.any() and e.shape == (0, 2) and e.dtype == np.float32
+    with pytest.raises(ValueError, match="negative or too large"):
+        f(-1, b, c)
 
 
 def test_broadcasting_and_reductions_over_dims(rng):

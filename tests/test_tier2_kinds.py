@@ -184,13 +184,15 @@ def _op(name):
         tuple(shapes[0]), ((shapes[0][0],),) * 2), lambda x, y: _op("max_dim")(x, 1),
      "(v0.reshape(-1), np.int64(3), np.int64(4))"),
     ("mse_loss", _mse, lambda attrs, shapes: NativePlan((attrs["reduction"],), ((),)),
-     lambda x, y: _op("mse_loss")(x, y) * 3, "(v0.reshape(-1), v1.reshape(-1), str('mean'))"),
+     lambda x, y: _op("mse_loss")(x, y) * 3,
+     "(v0.reshape(-1), v1.reshape(-1), nb_unicode('mean'))"),
     ("mse_loss", _mse, lambda attrs, shapes: NativePlan((attrs["reduction"],), ((),)),
      lambda x, y: _op("mse_loss")(x.T, y.T, "sum"),
-     "(np.ascontiguousarray(v2).reshape(-1), np.ascontiguousarray(v3).reshape(-1), str('sum'))"),
+     "(np.ascontiguousarray(v2).reshape(-1), np.ascontiguousarray(v3).reshape(-1), "
+     "nb_unicode('sum'))"),
     ("clamp_tensor", _clamp, lambda attrs, shapes: NativePlan((), (tuple(shapes[0]),)),
      lambda x, y: _op("clamp_tensor")(x, y, None),
-     "(v0.reshape(-1), v1.reshape(-1), np.empty(0, np.float64))"),
+     "(v0.reshape(-1), v1.reshape(-1), nb_empty((0,), np.float64))"),
 ], ids=["softmax", "softmax-static", "max_dim", "mse_loss", "mse_loss-views", "clamp_tensor"])
 def test_opaque_op_with_native_is_called_directly(rng, monkeypatch, name, native, static,
                                                   call, text):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...kernels import parallel
-from .store import literal, np_type
+from .store import empty, literal
 
 _FIRST_INDEX = re.compile(r"\b(\w+)\[i0\b(?=\s*[,\]])")
 _ASSIGNED_SCALAR = re.compile(r"^\s*(v\d+)\s*=(?!=)")
@@ -84,11 +84,12 @@ def write(em, shape: Sequence[int], code: list[list[str]], pre: list[list[str]],
     for text in head:
         em.line(text)
     for acc, dt in counters:
-        em.line(f"{parts[acc]} = np.empty({nblocks}, {np_type(dt)})")
+        em.line(f"{parts[acc]} = {empty(nblocks, dt)}")
     em.line(f"# {nblocks} blocks of {rows} rows (prange: in parallel in the parallel entry)")
     em.line(f"for {b} in prange({nblocks}):")
     em.line(f"{lo} = {b} * {rows}", 1)
-    em.line(f"{hi} = min({lo} + {rows}, {shape[0]})", 1)
+    # a conditional, not min(): Numba compiles min's overload once per process
+    em.line(f"{hi} = {lo} + {rows} if {lo} + {rows} < {shape[0]} else {shape[0]}", 1)
     for name, view in views.items():
         em.line(f"{view} = {name}[{lo}:{hi}]", 1)
     for acc, dt in counters:

@@ -41,6 +41,7 @@ from ..trace.pythonop import fallback_callable
 from .emit import FunctionEmitter, Tier2Unsupported
 from .fusion import unstack_invariants
 from .moves import native_digest
+from .store import ALLOC, FILL, PERMUTE, UNICODE
 
 __all__ = ["CompiledGraph", "FASTMATH", "Tier2Unsupported", "compile_graph", "generate"]
 
@@ -65,6 +66,8 @@ import math
 import numpy as np
 from numba import njit, objmode, prange
 
+from nbgrad.jit.tier2.alloc import empty as {alloc}, fill as {fill}
+from nbgrad.jit.tier2.alloc import permuted as {permute}, unicode as {unicode}
 {scalar_import}
 
 #: eager kernels of ops run through objmode, filled in when the module is loaded
@@ -158,7 +161,8 @@ def generate(graph: Graph, fastmath: frozenset[str] | bool = FASTMATH) -> Genera
                                                "lines)"]
     doc = "\n".join(ir_lines).replace("\\", "\\\\").replace('"""', "'''")
     doc = re.sub(r" at 0x[0-9a-fA-F]+", "", doc)  # addresses differ between processes
-    text = _HEADER.format(ghash=ghash, graph=doc, scalar_import=SCALAR_IMPORT)
+    text = _HEADER.format(ghash=ghash, graph=doc, scalar_import=SCALAR_IMPORT, alloc=ALLOC,
+                          fill=FILL, permute=PERMUTE, unicode=UNICODE)
     if em.natives:  # the digest: the text (so the module and its cache) follows their code
         text += "# native functions of opaque ops, bound when the module is loaded:\n"
         text += "".join(f"#   {key} = {_qualified(fn)}  (source {native_digest(fn)})\n"

@@ -46,9 +46,9 @@ from .store import (
     _affine,
     _short,
     cast,
+    empty,
     fill,
     literal,
-    np_type,
     scalar_expr,
     scratch_slots,
     uniform_value,
@@ -190,11 +190,14 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
     def output_expr(self, s: Store, v: Var, returned: set[str], k: int) -> str:
         if s.kind in ("scalar", "literal") and v.shape == ():
             o = self.fresh_name(f"out{k}")
-            self.line(f"{o} = np.empty(1, {np_type(v.dtype)})")
+            self.line(f"{o} = {empty(1, v.dtype)}")
             self.line(f"{o}[0] = {s.name}")
             return o
         if s.kind == "literal":
-            return f"np.full({v.shape!r}, {s.name}, {np_type(v.dtype)})"
+            o = self.fresh_name(f"out{k}")
+            self.line(f"{o} = {empty(v.shape, v.dtype)}")
+            self.line(fill(o, v.shape, s.name))
+            return o
         if s.fresh and s.name not in returned:
             returned.add(s.name)
             return s.name
@@ -217,7 +220,7 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
             return s.array
         if s.kind == "literal":
             n = self.fresh_name(f"k{self.num(v)}")
-            self.prologue.append(f"{n} = np.full({v.shape!r}, {s.name}, {np_type(v.dtype)})")
+            self.prologue += [f"{n} = {empty(v.shape, v.dtype)}", fill(n, v.shape, s.name)]
             scope.stores[id(v)] = Store(n, "array", v.shape, v.dtype)
             return n
         raise RuntimeError("a 0-d value has no array form")  # pragma: no cover
@@ -552,7 +555,7 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
             else:
                 s = self.store_array(fin, scope)
                 if si.kind == "literal":
-                    self.line(f"{s.name}.fill({si.name})")
+                    self.line(fill(s.name, fin.shape, si.name))
                 else:
                     self.copy(s.name, "", si, fin.shape)
             carry_names.append(s.name)

@@ -25,7 +25,7 @@ import numpy as np
 from ...ops.registry import REGISTRY
 from ...ops.traits import NativePlan, Opaque
 from ..trace.ir import Node, Var, node_args
-from .store import Scope, Store, _contiguous, cast, literal, np_type
+from .store import UNICODE, Scope, Store, _contiguous, cast, empty, fill, literal, np_type
 
 #: index arrays with at most this many entries are written into the generated module
 #: (readable in ``compiled.source()``); larger ones are passed as arguments
@@ -94,9 +94,10 @@ def const_text(value, array: bool = False) -> str:
     """Source text of a constant argument of a native call.
 
     Integers, booleans and strings are written as ``np.int64(3)``/``np.bool_(True)``/
-    ``str('...')``: a bare literal would type as ``Literal[int](3)`` (``Literal[str]``)
-    and compile the native once per value (an error message names the shapes, so once
-    per graph).
+    ``nb_unicode('...')`` (:func:`nbgrad.jit.tier2.alloc.unicode`; ``str('...')`` would
+    compile ``str``'s overload in every process): a bare literal would type as
+    ``Literal[int](3)`` (``Literal[str]``) and compile the native once per value (an error
+    message names the shapes, so once per graph).
     """
     if value is None:
         return "None"
@@ -106,12 +107,12 @@ def const_text(value, array: bool = False) -> str:
         return f"np.int64({int(value)})"
     if isinstance(value, (float, np.floating)):
         return literal(float(value), np.dtype(np.float64))
-    if isinstance(value, str):  # str(): unicode_type, not a Literal[str] per message
-        return f"str({value!r})"
+    if isinstance(value, str):  # unicode_type, not a Literal[str] per message
+        return f"{UNICODE}({value!r})"
     if isinstance(value, (tuple, list)):
         if array:  # a NativePlan's tuple: an int64 array, whatever its length
             return (f"np.array([{', '.join(str(int(v)) for v in value)}], np.int64)"
-                    if value else "np.empty(0, np.int64)")
+                    if value else empty(0, np.int64))
         return "(" + "".join(f"{const_text(v)}, " for v in value).rstrip(" ") + ")"
     if isinstance(value, np.dtype) or (isinstance(value, type) and
                                        issubclass(value, np.generic)):
@@ -298,7 +299,7 @@ class MovesEmitter:
                 elif y.shape == ():
                     self.line(f"{self.define_scalar(y, scope).name} = {s.name}")
                 else:
-                    self.line(f"{self.store_array(y, scope).name}.fill({s.name})")
+                    self.line(fill(self.store_array(y, scope).name, y.shape, s.name))
             return
         src = self.flat_source(x, scope)
         for pos, y in zip(positions, node.outputs, strict=True):
@@ -326,7 +327,7 @@ class MovesEmitter:
         for p in op.params:
             if p.is_tensor:
                 v = next(it)
-                args.append(f"np.empty(0, {np_type(like)})" if v is None else
+                args.append(empty(0, like) if v is None else
                             f"{self.native_array(v, scope)}.reshape(-1)")
             elif p.is_tensor_list:
                 items = [f"{self.native_array(next(it), scope)}.reshape(-1)"

@@ -24,12 +24,14 @@ from ..trace.ir import Node, Var
 from . import fusion
 from .fusion import Access
 from .store import (
+    PERMUTE,
     Scope,
     Store,
     Tier2Unsupported,
     _contiguous,
     _unit_dim_map,
     cast,
+    fill,
     literal,
     objmode_type,
 )
@@ -83,7 +85,7 @@ class OpsEmitter:
             return
         if s.kind == "scalar":
             slot = self.store_array(out, scope)
-            self.line(f"{slot.name}.fill({s.name})")
+            self.line(fill(slot.name, out.shape, s.name))
             return
         unit = _unit_dim_map(x.shape, out.shape)
         if unit is not None:  # only size-1 dimensions change: read the source in place
@@ -126,7 +128,7 @@ class OpsEmitter:
             self.line(f"{name} = {s.array}.T")
             layout = {"C": "F", "F": "C"}.get(s.layout, "A")
         else:
-            self.line(f"{name} = np.transpose({s.array}, {tuple(perm)!r})")
+            self.line(f"{name} = {PERMUTE}({s.array}, {tuple(perm)!r})")
             layout = "A"
         scope.stores[id(out)] = Store(name, "array", out.shape, out.dtype, slot=s.slot,
                                       layout=layout)

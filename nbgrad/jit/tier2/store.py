@@ -31,6 +31,12 @@ class Tier2Unsupported(NotImplementedError):
     """Tier 2 cannot compile this graph (the graph stays in tier 1)."""
 
 
+#: the names generated modules import :func:`nbgrad.jit.tier2.alloc.empty`,
+#: :func:`~nbgrad.jit.tier2.alloc.fill`, :func:`~nbgrad.jit.tier2.alloc.permuted` and
+#: :func:`~nbgrad.jit.tier2.alloc.unicode` under
+ALLOC, FILL, PERMUTE, UNICODE = "nb_empty", "nb_fill", "nb_permuted", "nb_unicode"
+
+
 # ------------------------------------------------------------------ literals and types
 def np_type(dtype: np.dtype) -> str:
     """``np.float64``-style name of a dtype in generated code."""
@@ -57,9 +63,19 @@ def literal(value, dtype: np.dtype) -> str:
     raise Tier2Unsupported(f"constants of dtype {dtype} are not supported by tier 2")
 
 
+def empty(shape: tuple[int, ...] | int, dtype: np.dtype) -> str:
+    """An expression allocating a C-ordered array in generated code: the intrinsic of
+    :mod:`nbgrad.jit.tier2.alloc` (``np.empty`` would compile once per signature and
+    process)."""
+    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    return f"{ALLOC}({dims!r}, {np_type(dtype)})"
+
+
 def fill(name: str, shape: tuple[int, ...], value: str) -> str:
-    """A statement setting every element of array ``name`` (Numba has no 0-d ``fill``)."""
-    return f"{name}.fill({value})" if shape else f"{name}[...] = {value}"
+    """A statement setting every element of array ``name`` to ``value``: the intrinsic of
+    :mod:`nbgrad.jit.tier2.alloc` (``ndarray.fill`` would compile once per signature and
+    process; ``shape`` is that of the array, any, 0-d included)."""
+    return f"{FILL}({name}, {value})"
 
 
 def uniform_value(arr: np.ndarray):
@@ -201,7 +217,7 @@ class Pool:
             slot = free.pop()
         else:
             slot = self.fn.fresh_name(hint)
-            line = f"{slot} = np.empty({var.shape!r}, {np_type(var.dtype)})"
+            line = f"{slot} = {empty(var.shape, var.dtype)}"
             self.fn.prologue.append(line)
             self.fn.allocs[slot] = (var.shape, var.dtype, line)
             self.key_of[slot] = key

@@ -121,6 +121,48 @@ def test_composites_of_two_arguments_match_scipy():
         special.multigammaln(3.0, 1.5)
 
 
+HUGE_NEGATIVE = """
+import numpy as np, nbgrad as nb
+xs = np.array([-np.inf, -1e300, -1e30, -9.3e18, -2.0 ** 52, -1e15 + 0.5, -1e7 + 0.5,
+               -1e5 - 0.25, -40.75, -33.3, -31.7, -2.5])
+for n in (0, 1, 2, 3):
+    print(n, repr(nb.polygamma(n, nb.tensor(xs)).numpy().tolist()))
+for dt in ("float32", "float64"):
+    x = nb.tensor(xs.astype(dt), requires_grad=True)
+    nb.digamma(x).sum().backward()
+    print(dt, repr(x.grad.numpy().astype(float).tolist()))
+"""
+
+
+def test_polygamma_and_digamma_of_huge_negative_arguments():
+    """Poles by value (math.floor's int used to wrap beyond 2^63, and a shift of |x| steps
+    right never ended: a fuzzed digamma backward hung on -inf in float32); beyond the shift,
+    the reflection at the fractional part (mpmath's values; SciPy's own hang there)."""
+    proc = subprocess.run([sys.executable, "-c", HUGE_NEGATIVE], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {line.split(" ", 1)[0]: eval(line.split(" ", 1)[1], {"inf": np.inf, "nan": np.nan})
+            for line in proc.stdout.splitlines()}
+    poles = 5  # -inf and the whole numbers
+    # mpmath at 50 digits, by the reflection formula
+    want = {
+        "0": [np.nan] * poles + [34.538776394910684, 16.11809565095832, 14.654525618536063,
+                                 0.5780829439704547, 5.802997937052514, 1.189505963475717,
+                                 1.103156640645243],
+        "1": [np.inf] * poles + [9.869604401089358, 9.869604301089359, 19.739198802253718,
+                                 19.71496756495509, 15.049830061410802, 15.048360297376933,
+                                 9.539246644989124],
+    }
+    for n, values in want.items():
+        np.testing.assert_allclose(rows[n], values, rtol=1e-9)
+    for n, sign in (("2", -1.0), ("3", 1.0)):
+        assert rows[n][:poles] == [sign * np.inf] * poles
+        assert np.isfinite(rows[n][poles:]).all()
+    np.testing.assert_allclose(rows["float64"], want["1"], rtol=1e-9)
+    assert rows["float32"][:7] == [np.inf] * 7  # -1e15 + 0.5, -1e7 + 0.5: whole in float32
+    np.testing.assert_allclose(rows["float32"][7:], want["1"][7:], rtol=1e-5)
+
+
 @pytest.mark.parametrize("keepdims", [False, True])
 @pytest.mark.parametrize("axis", [None, 0, 1, (0, 1)])
 def test_logsumexp_matches_scipy(axis, keepdims):

@@ -43,6 +43,10 @@ def relu(x):
     return 0.0 if x <= 0 else x
 
 
+#: 2^52: every float of at least this magnitude is a whole number
+_WHOLE = 4503599627370496.0
+
+
 @register_jitable
 def _digamma_pos(x):
     """digamma for x > 0: recurrence up to x >= 10, then the asymptotic series."""
@@ -67,10 +71,11 @@ def digamma(x):
     if x == math.inf:
         return math.inf
     if x < 0.0:
-        if x == math.floor(x):
+        if x <= -_WHOLE or x == math.floor(x):  # (math.floor's int holds no larger x)
             return math.nan
-        # reflection: psi(1 - x) - psi(x) = pi * cot(pi * x)
-        return _digamma_pos(1.0 - x) - math.pi / math.tan(math.pi * x)
+        # reflection: psi(1 - x) - psi(x) = pi * cot(pi * x), cot of period 1 taken at
+        # the fractional part (exact here), not at pi * x (rounded: -1e15 + 0.5 was off)
+        return _digamma_pos(1.0 - x) - math.pi / math.tan(math.pi * (x - math.floor(x)))
     return _digamma_pos(x)
 
 
@@ -98,6 +103,10 @@ def _polygamma_pos(n, x):
     return sgn * (fact * acc + tail)
 
 
+#: the most steps :func:`polygamma` shifts a negative argument right (beyond: reflection)
+_SHIFT_MAX = 32.0
+
+
 @register_jitable
 def polygamma(n, x):
     """The n-th derivative of digamma (n >= 0); infinite at the poles (integers <= 0)."""
@@ -105,8 +114,16 @@ def polygamma(n, x):
         return digamma(x)
     if x != x:
         return x
-    if x <= 0.0 and x == math.floor(x):
+    if x <= 0.0 and (x <= -_WHOLE or x == math.floor(x)):
         return math.inf if n % 2 == 1 else -math.inf  # SciPy's values at the poles
+    if x < -_SHIFT_MAX:
+        # reflection, psi_n(x) = (-1)^n psi_n(1 - x) - pi^(n+1) cot^(n)(pi x), with the
+        # cot term (period 1) from the same formula at the fractional part f of x, in (0, 1)
+        # (exact: |x| < 2^52 here); no shift of |x| steps (x = -1e15 + 0.5 never ended)
+        f = x - math.floor(x)
+        sgn = 1.0 if n % 2 == 0 else -1.0
+        return sgn * (_polygamma_pos(n, 1.0 - x) - _polygamma_pos(n, 1.0 - f)) + \
+            _polygamma_pos(n, f)
     if x < 0.0:
         # shift right with psi_n(x) = psi_n(x + 1) - (-1)^(n+1) n! / x^(n+1)
         fact = 1.0

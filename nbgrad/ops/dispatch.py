@@ -247,16 +247,24 @@ def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | No
                 and op.differentiable):
             (op.run_record or _recorder)(op, (self, other), [out])
         return out
-    if type(other) is not float:
-        other = _weak_scalar(other)
-        if other is None:
-            return None
-    pair = _CONSTANTS[dt].get(other if other else ("zero", math.copysign(1.0, other)))
-    o, flat = _constant(other, dt) if pair is None else pair
+    pair = _lean_constant(other, dt)
+    if pair is None:
+        return None
+    o, flat = pair
     out = wrap_array(lean(x, o._data, flat))
     if self._requires_grad and STATE.grad_enabled and op.differentiable:
         (op.run_record or _recorder)(op, (self, o), [out])
     return out
+
+
+def _lean_constant(other, dt: np.dtype) -> tuple[Tensor, np.ndarray] | None:
+    """The cached 0-d constant of a Python scalar ``other`` in dtype ``dt`` and its flat
+    copy (:func:`_constant`), or None where ``other`` is not a weak scalar."""
+    if type(other) is not float:
+        other = _weak_scalar(other)
+        if other is None:
+            return None
+    return _constant(other, dt)
 
 
 def apply_lean_reflected(op: OpDef, self, other) -> Tensor | None:
@@ -271,12 +279,10 @@ def apply_lean_reflected(op: OpDef, self, other) -> Tensor | None:
     dt = x.dtype
     if not ((dt is _F64 or dt is _F32) and x.flags.c_contiguous):
         return None
-    if type(other) is not float:
-        other = _weak_scalar(other)
-        if other is None:
-            return None
-    pair = _CONSTANTS[dt].get(other if other else ("zero", math.copysign(1.0, other)))
-    o, flat = _constant(other, dt) if pair is None else pair
+    pair = _lean_constant(other, dt)
+    if pair is None:
+        return None
+    o, flat = pair
     out = wrap_array(lean(x, o._data, flat, True))
     if self._requires_grad and STATE.grad_enabled and op.differentiable:
         (op.run_record or _recorder)(op, (o, self), [out])

@@ -62,6 +62,7 @@ from .special import (
     largest_finite,
     special_inputs,
 )
+from .watchdog import watching
 
 EXECUTORS = ("eager", "fd", "jvp", "vmap", "reference", "interpret", "compile", "auto")
 #: executors run only when named: ``grad`` differentiates inside the jit
@@ -651,51 +652,59 @@ def check_programs(programs: Sequence[Program], executors: Sequence[str] = EXECU
     valid: list[tuple[Program, list[Result]]] = []
     with no_promotion_check():
         for p in programs:
-            refs, bad = eager_reference(p)
-            if refs is None:
-                stats["rejected"] = stats.get("rejected", 0) + 1
-                stats.setdefault("rejections", []).append(bad[0].headline())
-                for executor in ("interpret", "compile"):
-                    if executor in executors:
-                        found += raises_like_eager(p, bad[0].detail, executor)
-                continue
-            valid.append((p, refs))
-            _count(stats, "eager")
-            if "eager" in executors:
-                found += bad
-            if "fd" in executors:
-                _count(stats, "fd")
-                found += finite_differences(p)
-            if "jvp" in executors:
-                _count(stats, "jvp")
-                found += forward_mode(p, refs[0])
-            if "vmap" in executors:
-                bad = vmapped(p, refs)
-                _count(stats, "vmap" if bad is not None else "vmap refused")
-                found += bad or []
-            for executor in ("reference", "interpret"):
-                if executor in executors:
-                    _count(stats, executor)
-                    found += run_jit([p], [refs], executor)[0]
-            if "grad" in executors:
-                _count(stats, "grad")
-                found += grad_in_jit(p, refs, stats)
-            for executor, run in DEVICE_RUNS.items():
-                if executor in executors:
-                    bad, fused = run(p, refs)
-                    _count(stats, executor)
-                    if fused:
-                        _count(stats, f"{executor} on fused kernels")
-                    found += bad
+            with watching([p.seed], "the program"):
+                _check_one(p, executors, stats, found, valid)
         for executor in ("compile", "auto", "blocked"):
             if executor not in executors:
                 continue
             start = time.perf_counter()
             for k in range(0, len(valid), batch):
                 group = valid[k:k + batch]
-                found += _batched(group, executor, stats)
+                with watching([q.seed for q, _ in group], f"the {executor} executor's batch"):
+                    found += _batched(group, executor, stats)
             clock[executor] = clock.get(executor, 0.0) + time.perf_counter() - start
     return found
+
+
+def _check_one(p: Program, executors: Sequence[str], stats: dict, found: list[Mismatch],
+               valid: list[tuple[Program, list[Result]]]) -> None:
+    """The unbatched executors on one program (:func:`check_programs`)."""
+    refs, bad = eager_reference(p)
+    if refs is None:
+        stats["rejected"] = stats.get("rejected", 0) + 1
+        stats.setdefault("rejections", []).append(bad[0].headline())
+        for executor in ("interpret", "compile"):
+            if executor in executors:
+                found += raises_like_eager(p, bad[0].detail, executor)
+        return
+    valid.append((p, refs))
+    _count(stats, "eager")
+    if "eager" in executors:
+        found += bad
+    if "fd" in executors:
+        _count(stats, "fd")
+        found += finite_differences(p)
+    if "jvp" in executors:
+        _count(stats, "jvp")
+        found += forward_mode(p, refs[0])
+    if "vmap" in executors:
+        bad = vmapped(p, refs)
+        _count(stats, "vmap" if bad is not None else "vmap refused")
+        found += bad or []
+    for executor in ("reference", "interpret"):
+        if executor in executors:
+            _count(stats, executor)
+            found += run_jit([p], [refs], executor)[0]
+    if "grad" in executors:
+        _count(stats, "grad")
+        found += grad_in_jit(p, refs, stats)
+    for executor, run in DEVICE_RUNS.items():
+        if executor in executors:
+            bad, fused = run(p, refs)
+            _count(stats, executor)
+            if fused:
+                _count(stats, f"{executor} on fused kernels")
+            found += bad
 
 
 def _count(stats: dict, key: str, n: int = 1) -> None:

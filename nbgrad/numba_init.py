@@ -25,6 +25,7 @@ import warnings
 from importlib import machinery, metadata
 from pathlib import Path
 
+import scipy
 from numba.core import entrypoints
 
 try:
@@ -103,8 +104,6 @@ def _blas_present() -> None:
     """Numba's BLAS check without importing ``scipy.linalg``: SciPy's ``cython_blas``
     extension module is installed (ImportError if not, as Numba's check raises), and
     of the integer width Numba was built for."""
-    import scipy
-
     folder = Path(scipy.__file__).parent / "linalg"
     if not any((folder / f"cython_blas{suffix}").is_file()
                for suffix in machinery.EXTENSION_SUFFIXES):

@@ -8,6 +8,7 @@ op's arithmetic is written once.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -434,41 +435,25 @@ except Exception:  # noqa: BLE001 - another NumPy layout: np.errstate then
     _extobj_contextvar = None
 
 
-def _quiet(ufunc, *args, out: np.ndarray) -> None:
+def _quiet(ufunc, *args, out: np.ndarray | None = None) -> np.ndarray:
     """``ufunc(*args, out=out)`` with floating-point warnings off (as the kernels)."""
     if _extobj_contextvar is None:  # pragma: no cover
         with np.errstate(all="ignore"):
-            ufunc(*args, out=out)
-        return
+            return ufunc(*args, out=out)
     token = _extobj_contextvar.set(_QUIET)
     try:
-        ufunc(*args, out=out)
+        return ufunc(*args, out=out)
     finally:
         _extobj_contextvar.reset(token)
 
 
 def quiet_ufunc(name: str):
     """``call(*arrays)``: the op ``name``'s exact ufunc (:attr:`ScalarOp.ufunc`) returning a
-    new array, floating-point warnings off; None for an op without one. For the eager lean
-    path on float arrays of one dtype, at least 1-d, under :data:`UFUNC_MAX` elements."""
+    new array, floating-point warnings off (:func:`_quiet`); None for an op without one.
+    For the eager lean path on float arrays of one dtype, at least 1-d, under
+    :data:`UFUNC_MAX` elements."""
     ufunc = _UFUNCS.get(name) if name in BINARY else _UNARY_UFUNCS.get(name)
-    if ufunc is None:
-        return None
-    if _extobj_contextvar is None:  # pragma: no cover
-
-        def call(*arrays):
-            with np.errstate(all="ignore"):
-                return ufunc(*arrays)
-        return call
-    setvar, reset, quiet = _extobj_contextvar.set, _extobj_contextvar.reset, _QUIET
-
-    def call(*arrays):
-        token = setvar(quiet)
-        try:
-            return ufunc(*arrays)
-        finally:
-            reset(token)
-    return call
+    return None if ufunc is None else functools.partial(_quiet, ufunc)
 
 
 def kernel_function(prefix: str, name: str):

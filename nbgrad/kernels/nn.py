@@ -218,17 +218,31 @@ def _shifted_exps(x, base, rows, R, ms, e):
 
 
 @njit(**OPTS)
+def _row_blocks(A, R):
+    """``(rows, ms, e)``: how many rows of ``R`` a block holds (about ROWS_BLOCK values),
+    and the buffers of one block's maxima and exponentials."""
+    rows = max(1, ROWS_BLOCK // max(R, 1))
+    return rows, np.empty(min(rows, A)), np.empty(min(rows, A) * R)
+
+
+@njit(**OPTS)
+def _block_exps(x, a0, rows, A, R, ms, e):
+    """``(na, base)``: the block of rows from ``a0`` (``na`` rows from ``x[base]``), its
+    maxima in ``ms`` and shifted exponentials in ``e``."""
+    na = min(rows, A - a0)
+    base = a0 * R
+    _row_maxes(x, base, na, R, ms)
+    _shifted_exps(x, base, na, R, ms, e)
+    return na, base
+
+
+@njit(**OPTS)
 def softmax_rows(x, A, R, log, out):
     """:func:`softmax_arb` of ``A`` contiguous rows of ``R`` (``B == 1``): the same
     results and edge cases, the exponentials by vexp."""
-    rows = max(1, ROWS_BLOCK // max(R, 1))
-    e = np.empty(min(rows, A) * R)
-    ms = np.empty(min(rows, A))
+    rows, ms, e = _row_blocks(A, R)
     for a0 in range(0, A, rows):
-        na = min(rows, A - a0)
-        base = a0 * R
-        _row_maxes(x, base, na, R, ms)
-        _shifted_exps(x, base, na, R, ms, e)
+        na, base = _block_exps(x, a0, rows, A, R, ms, e)
         for j in range(na):
             b = base + j * R
             m = ms[j]
@@ -258,14 +272,9 @@ def cross_entropy_rows(x, target, weight, A, C, ignore_index, smoothing, loss, w
     """:func:`cross_entropy_fwd` of ``A`` contiguous rows of ``C`` logits (``B == 1``):
     the same results and edge cases (NaN where a row's maximum is not finite), the
     exponentials by vexp."""
-    rows = max(1, ROWS_BLOCK // max(C, 1))
-    e = np.empty(min(rows, A) * C)
-    ms = np.empty(min(rows, A))
+    rows, ms, e = _row_blocks(A, C)
     for a0 in range(0, A, rows):
-        na = min(rows, A - a0)
-        base = a0 * C
-        _row_maxes(x, base, na, C, ms)
-        _shifted_exps(x, base, na, C, ms, e)
+        na, base = _block_exps(x, a0, rows, A, C, ms, e)
         for j in range(na):
             i = a0 + j
             t = target[i]

@@ -160,6 +160,8 @@ def _constructs(program: Program) -> set[str]:
         if not isinstance(node, Step):
             continue
         found.add(node.op)
+        if node.op.startswith("np_"):  # a step written as NumPy's ufunc or function
+            found.add("numpy spelling")
         if node.op in ("fori_loop", "scan"):
             found.add(f"{node.op}:{program.dtype}")
         if node.op != "index":
@@ -186,6 +188,41 @@ def test_ci_seeds_cover_the_constructs_behind_the_trust_bugs():
               "fori_loop:float64", "fori_loop:float32", "scan:float64", "scan:float32",
               "fn_softclip", "fn_scaled_mul", "fn_softclip_numpy", "unrolled"]
     assert {w: seen[w] for w in wanted if seen[w] < 3} == {}
+    assert seen["numpy spelling"] >= 30, seen["numpy spelling"]
+
+
+def test_numpy_spellings_run_the_op_and_a_dropped_gradient_is_caught(monkeypatch):
+    """Steps written as NumPy calls (``np.sin(x)``, ``np.sum(x, axis=...)``) compute what
+    the op does, through :mod:`nbgrad.numpy_interop`. With that route planted to compute
+    on the values and drop the gradient (the silent bug NumPy functions once had), the
+    fuzzer reports the programs that use it."""
+    spelled = [s for s in SEEDS if "numpy spelling" in _constructs(generate(s))][:8]
+    clean = {}
+    for seed in spelled:
+        clean[seed], bad = diff_mod.eager_reference(generate(seed))
+        assert bad == [] and check_program(generate(seed), ("eager", "fd")) == []
+
+    def values_only(self, ufunc, method, *inputs, **kwargs):
+        arrays = [np.asarray(x._data) if isinstance(x, nb.Tensor) else x for x in inputs]
+        return nb.tensor(getattr(ufunc, method)(*arrays, **kwargs))
+
+    def values_only_function(self, func, types, args, kwargs):
+        arrays = [np.asarray(x._data) if isinstance(x, nb.Tensor) else x for x in args]
+        return nb.tensor(func(*arrays, **kwargs))
+
+    monkeypatch.setattr(nb.Tensor, "__array_ufunc__", values_only)
+    monkeypatch.setattr(nb.Tensor, "__array_function__", values_only_function)
+    silent, caught = [], []
+    for seed in spelled:
+        planted = diff_mod.eager_reference(generate(seed))[0]
+        if planted is None:
+            continue  # no path to the loss is left: eager's backward raises (not silent)
+        if any(not np.array_equal(a, np.zeros_like(a) if b is None else b) for a, b in
+               zip(clean[seed][0].grads, planted[0].grads, strict=True) if a is not None):
+            silent.append(seed)  # a gradient lost silently: the fuzzer must say so
+            if check_program(generate(seed), ("eager", "fd")):
+                caught.append(seed)
+    assert len(silent) >= 3 and caught == silent, (silent, caught)
 
 
 def test_eager_second_derivatives_match_finite_differences():

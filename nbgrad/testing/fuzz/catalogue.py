@@ -12,6 +12,7 @@ from ... import fft
 from ... import ops as nb  # the op functions, called as ``nb.NAME`` like nbgrad's own
 from ...factories import tensor
 from ...nn import functional as F
+from ...numpy_interop import UFUNCS
 from ...tensor import Tensor
 from ..core import all_records
 from ..records.elementwise import _BINARY, _UNARY
@@ -106,9 +107,7 @@ _BINARY_DOMAINS = {name: (da, db) for name, (da, db, _ref) in _BINARY.items()}
 _BINARY_DOMAINS["fmod"] = _BINARY_DOMAINS["remainder"] = ("real", "positive")
 
 
-def _run_binary(name: str) -> Callable:
-    fn = _fn(name)
-
+def _run_binary(fn: Callable) -> Callable:
     def run(xs, params):
         if len(xs) == 2:
             return fn(xs[0], xs[1])
@@ -118,18 +117,18 @@ def _run_binary(name: str) -> Callable:
     return run
 
 
-def _binary_code(name: str) -> Callable:
+def _binary_code(spelling: str) -> Callable:
     def code(args, params):
         if len(args) == 2:
-            return f"nb.{name}({args[0]}, {args[1]})"
+            return f"{spelling}({args[0]}, {args[1]})"
         scalar, side = params
-        return f"nb.{name}({scalar!r}, {args[0]})" if side == "left" else \
-            f"nb.{name}({args[0]}, {scalar!r})"
+        return f"{spelling}({scalar!r}, {args[0]})" if side == "left" else \
+            f"{spelling}({args[0]}, {scalar!r})"
     return code
 
 
 for _name in _BINARY_DOMAINS:
-    _op(_name, run=_run_binary(_name), code=_binary_code(_name))
+    _op(_name, run=_run_binary(_fn(_name)), code=_binary_code(f"nb.{_name}"))
 _op("where", run=lambda xs, p: nb.where(_beside(np.array(p[0], dtype=bool), xs[0]), xs[0],
                                          xs[1]),
     code="nb.where(nb.tensor(np.array({p0!r}, dtype=bool)), {0}, {1})")
@@ -160,6 +159,40 @@ _op("topk", run=lambda xs, p: nb.topk(xs[0], p[2], p[0], p[1]).values,  # (dim, 
     code="nb.topk({0}, {p2!r}, {p0!r}, {p1!r}).values")
 _op("layer_norm", run=lambda xs, p: F.layer_norm(xs[0], p[0], *xs[1:]),
     code=lambda a, p: f"F.layer_norm({a[0]}, {p[0]!r}{''.join(', ' + x for x in a[1:])})")
+
+# NumPy's spellings: step kind ``np_<name>`` calls NumPy's ufunc or function on the
+# tensors (``np.sin(x)``), which nbgrad.numpy_interop routes to the op of ``<name>``; the
+# families draw them in place of the op (families.spelled), so every executor checks
+# that route too
+def _numpy_ufunc(name: str) -> np.ufunc | None:
+    """NumPy's ufunc computing the op of step kind ``name`` (None where it has none)."""
+    fn = _fn(name)
+    return next((u for u, op in UFUNCS.items() if op is fn and
+                 getattr(np, getattr(u, "__name__", ""), None) is u), None)
+
+
+for _name in _UNARY_DOMAINS:
+    if (_u := _numpy_ufunc(_name)) is not None:
+        _op(f"np_{_name}", _name, run=lambda xs, p, _u=_u: _u(xs[0]),
+            code=f"np.{_u.__name__}({{0}})")
+for _name in _BINARY_DOMAINS:
+    if (_u := _numpy_ufunc(_name)) is not None:
+        _op(f"np_{_name}", _name, run=_run_binary(_u), code=_binary_code(f"np.{_u.__name__}"))
+for _name, _f in (("sum", np.sum), ("mean", np.mean), ("prod", np.prod), ("amax", np.max),
+                  ("amin", np.min)):
+    _op(f"np_{_name}", _name,
+        run=lambda xs, p, _f=_f: _f(xs[0], axis=p[0], keepdims=p[1]),
+        code=f"np.{_f.__name__}({{0}}, axis={{p0!r}}, keepdims={{p1!r}})")
+for _name, _f in (("var", np.var), ("std", np.std)):
+    _op(f"np_{_name}", _name,
+        run=lambda xs, p, _f=_f: _f(xs[0], axis=p[0], keepdims=p[1], ddof=p[2]),
+        code=f"np.{_name}({{0}}, axis={{p0!r}}, keepdims={{p1!r}}, ddof={{p2!r}})")
+for _name, _f in (("cumsum", np.cumsum), ("cumprod", np.cumprod)):
+    _op(f"np_{_name}", _name, run=lambda xs, p, _f=_f: _f(xs[0], axis=p[0]),
+        code=f"np.{_name}({{0}}, axis={{p0!r}})")
+#: the step kinds that have a NumPy spelling (``name -> np_<name>``)
+NUMPY_SPELLINGS: dict[str, str] = {n[3:]: n for n in FUZZ_OPS if n.startswith("np_")}
+
 
 # spectral steps (nbgrad.fft; params (dim, norm)): real in, real out, through each of the
 # table's three transforms (fft_r2c, fft_c2c, fft_c2r)

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from .catalogue import _BINARY_DOMAINS, _UNARY_DOMAINS, DOMAIN_OK
+from .catalogue import _BINARY_DOMAINS, _UNARY_DOMAINS, DOMAIN_OK, NUMPY_SPELLINGS
 from .program import GAP, MAX_SIZE, Builder, Rand, leaf_value
 
 
@@ -120,11 +120,27 @@ def _gaps_ok(rows: np.ndarray, which: str) -> bool:
 
 
 # --- families: each draws one step (or a fallback) onto the builder
+#: the share of steps with a NumPy spelling that use it (``np.sin(x)`` for ``nb.sin(x)``)
+NUMPY_SHARE = 0.25
+
+
+def spelled(b: Builder, name: str) -> str:
+    """Step kind ``name``, or for about :data:`NUMPY_SHARE` of the steps its NumPy spelling
+    (the same op, reached through NumPy's ufunc or function). Drawn from a generator of its
+    own, so a seed's program is the same as without spellings but for how steps are
+    written."""
+    numpy = NUMPY_SPELLINGS.get(name)
+    if numpy is None or np.random.default_rng([b.seed, 17, len(b.nodes)]).random() >= \
+            NUMPY_SHARE:
+        return name
+    return numpy
+
+
 def _unary(r: Rand, b: Builder) -> None:
     i = _pick(r, b)
     name = r.choice(sorted(_UNARY_DOMAINS))
     x = b.operand(i, _UNARY_DOMAINS[name])
-    if b.add(name, (x,)) is None:
+    if b.add(spelled(b, name), (x,)) is None:
         b.add("tanh", (i,))
 
 
@@ -140,7 +156,7 @@ def _binary(r: Rand, b: Builder) -> None:
         value = float(np.round(leaf_value(b.seed, 1000 + len(b.nodes), (),
                                           da if swap else db), 3))
         if _scalar_ok(value, da if swap else db) and _binary_ok(name, b, x, value, side) \
-                and b.add(name, (x,), (value, side)) is not None:
+                and b.add(spelled(b, name), (x,), (value, side)) is not None:
             return
         b.add("mul", (i,), (0.5, "right"))
         return
@@ -157,7 +173,7 @@ def _binary(r: Rand, b: Builder) -> None:
     x, y = b.operand(i, da), b.operand(other, db)
     if swap:  # ``b op a`` with the domains following the operands
         x, y = b.operand(other, da), b.operand(i, db)
-    if _binary_ok(name, b, x, y) and b.add(name, (x, y)) is not None:
+    if _binary_ok(name, b, x, y) and b.add(spelled(b, name), (x, y)) is not None:
         return
     b.add("add", (i, other))
 
@@ -222,7 +238,7 @@ def _reduce(r: Rand, b: Builder) -> None:
     name = r.choice(_REDUCE)
     ndim = b.values[i].ndim
     step = _reduce_step(r, b, name, i, ndim)
-    if step is None or b.add(*step) is None:
+    if step is None or b.add(spelled(b, step[0]), *step[1:]) is None:
         b.add("sum", (i,), (_dims(r, ndim), r.booleans()))
 
 

@@ -54,7 +54,9 @@ class Perturbed:
 
     def run(self, arrays):
         outs = self.inner.run(arrays)
-        if self.mutate:
+        if callable(self.mutate):
+            self.mutate(arrays[0])
+        elif self.mutate:
             arrays[0][...] += 1.0
         else:
             o = np.array(outs[self.k], copy=True)
@@ -190,6 +192,45 @@ def test_generated_code_that_modifies_an_input_is_refused(promotion_check, monke
     with pytest.warns(PromotionMismatchWarning, match="modified input"):
         out = f(xt, wt)
     np.testing.assert_array_equal(out.numpy(), want[0])
+
+
+def test_generated_code_that_flips_the_sign_of_a_zero_input_is_refused(
+        promotion_check, monkeypatch, tmp_path):
+    """A write of -0.0 over an input's 0.0 is a modification (equal as numbers, not as
+    bits: 1/x tells them apart)."""
+    monkeypatch.setattr(verify, "reproducer_root", lambda: tmp_path / "promotion-mismatch")
+    x, w = _inputs()
+    x.reshape(-1)[0] = 0.0
+    f = nb.jit(loss, mode="compile")
+
+    def flip(a):
+        a.reshape(-1)[0] = -a.reshape(-1)[0]
+
+    _perturb(monkeypatch, mutate=flip)
+    _promote(f, x, w, "compile")
+    xt, wt = nb.tensor(x.copy(), requires_grad=True), nb.tensor(w, requires_grad=True)
+    with pytest.warns(PromotionMismatchWarning, match="modified input 0"):
+        f(xt, wt)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "complex128", "int64", "bool"])
+def test_same_bits_sees_signed_zeros_and_nan_payloads(dtype):
+    a = np.zeros((3, 4), dtype)[:, ::2]  # not contiguous
+    assert verify.same_bits(a, a.copy())
+    if dtype in ("float64", "float32", "complex128"):
+        b = a.copy()
+        b[0, 0] = -0.0
+        assert not verify.same_bits(a, b)
+        nan = np.full((2,), np.nan, dtype)
+        other = nan.copy()
+        other.view(f"u{np.dtype(dtype).itemsize // (2 if dtype == 'complex128' else 1)}")[
+            0] ^= 1  # another NaN payload
+        assert np.isnan(other[0]) and verify.same_bits(nan, nan.copy())
+        assert not verify.same_bits(nan, other)
+    b = a.copy()
+    b[-1, -1] = 1
+    assert not verify.same_bits(a, b)
+    assert not verify.same_bits(a, a.astype("float16"))
 
 
 def test_generated_code_that_raises_falls_back_to_tier1(promotion_check, monkeypatch,

@@ -376,6 +376,21 @@ def test_comparison(expected, got, ok):
     assert (compare([expected], [got]) is None) == ok
 
 
+@pytest.mark.parametrize("where", [0, "block end", "last"])
+@pytest.mark.parametrize("bad", [1e-9, np.nan])
+def test_the_quick_test_sees_a_difference_in_any_block(where, bad, monkeypatch):
+    """The quick test (blocks of WITHIN_BLOCK elements) finds a difference or a NaN in the
+    first block, at a block's end and in the last, partial block, as the full test does."""
+    monkeypatch.setattr(verify, "WITHIN_BLOCK", 64)
+    a = np.linspace(-1.0, 1.0, 64 * 5 + 7)
+    k = {0: 0, "block end": 64 * 2 - 1, "last": a.size - 1}[where]
+    assert verify._within(a, a * (1 + 1e-15), 0.0, 1e-12, 1e-300)
+    b = a.copy()
+    b[k] += bad
+    assert not verify._within(a, b, 0.0, 1e-12, 1e-300)
+    assert compare([a], [b]).index == (k,)
+
+
 def test_inputs_set_the_scale_of_outputs_near_zero():
     noise_a, noise_b = np.array([1e-19, -3e-15]), np.array([-2e-19, 4e-15])
     assert compare([noise_a], [noise_b]) is not None  # alone: relative to themselves

@@ -193,10 +193,16 @@ def _compare_one(a: np.ndarray, b: np.ndarray, floor: float = 0.0) -> Mismatch |
                         tuple(int(i) for i in np.unravel_index(k, shape)))
 
 
+#: elements per block of :func:`_within` (a buffer that stays in the cache)
+WITHIN_BLOCK = 1 << 15
+
+
 def _within(a: np.ndarray, b: np.ndarray, floor: float, rtol: float, tiny) -> bool:
-    """The common case of :func:`_compare_one` in five passes: ``a`` is finite and every
+    """The common case of :func:`_compare_one` in three passes: ``a`` is finite and every
     ``|a - b|`` is within the smallest bound the full test allows (its scale times
-    ``rtol``, rounded as it does), so that test would find no difference. False: run it."""
+    ``rtol``, rounded as it does), so that test would find no difference. False: run it.
+    The differences are taken block by block in one small buffer: a temporary the size of
+    ``a`` would cost more in fresh pages than the arithmetic (W3's 4e6 float64: 3x)."""
     with np.errstate(all="ignore"):
         top, low = a.max(), a.min()
         if not (np.isfinite(top) and np.isfinite(low)):
@@ -204,9 +210,14 @@ def _within(a: np.ndarray, b: np.ndarray, floor: float, rtol: float, tiny) -> bo
         bound = np.array(max(float(top), -float(low), floor), a.dtype)
         bound *= rtol
         bound += tiny
-        err = np.subtract(a, b)
-        np.abs(err, out=err)
-        return bool(err.max() <= bound)  # (False for a NaN in b)
+        buf = np.empty(min(a.size, WITHIN_BLOCK), a.dtype)
+        for start in range(0, a.size, WITHIN_BLOCK):
+            err = buf[:min(WITHIN_BLOCK, a.size - start)]
+            np.subtract(a[start:start + WITHIN_BLOCK], b[start:start + WITHIN_BLOCK], out=err)
+            np.abs(err, out=err)
+            if not err.max() <= bound:  # (also for a NaN in b)
+                return False
+        return True
 
 
 def same_bits(a: np.ndarray, saved: np.ndarray) -> bool:

@@ -466,7 +466,10 @@ class Program:
 
     def _promote(self) -> None:
         with compiling():
-            self._promote_now()
+            try:
+                self._promote_now()
+            finally:
+                self._check_inputs.clear()  # (copies the check did not take)
 
     def _promote_now(self) -> None:
         _IN_PROMOTION.active = True

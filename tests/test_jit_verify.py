@@ -381,7 +381,7 @@ def test_comparison(expected, got, ok):
 def test_the_quick_test_sees_a_difference_in_any_block(where, bad, monkeypatch):
     """The quick test (blocks of WITHIN_BLOCK elements) finds a difference or a NaN in the
     first block, at a block's end and in the last, partial block, as the full test does."""
-    monkeypatch.setattr(verify, "WITHIN_BLOCK", 64)
+    monkeypatch.setattr(verify, "WITHIN_BLOCK", 64)  # (small, for several blocks)
     a = np.linspace(-1.0, 1.0, 64 * 5 + 7)
     k = {0: 0, "block end": 64 * 2 - 1, "last": a.size - 1}[where]
     assert verify._within(a, a * (1 + 1e-15), 0.0, 1e-12, 1e-300)

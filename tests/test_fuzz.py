@@ -164,6 +164,8 @@ def _constructs(program: Program) -> set[str]:
             found.add("numpy spelling")
         if node.op in ("fori_loop", "scan"):
             found.add(f"{node.op}:{program.dtype}")
+            if node.params[1 if node.op == "fori_loop" else 0].startswith("np_"):
+                found.add("numpy loop body")
         if node.op != "index":
             continue
         reads[node.inputs[0]].append(node.params[0])
@@ -186,7 +188,8 @@ def test_ci_seeds_cover_the_constructs_behind_the_trust_bugs():
     wanted = ["negative step", "offset", "int index", "bool index", "two views of one value",
               "transpose", "expand", "reshape", "permute", "matmul", "sum",
               "fori_loop:float64", "fori_loop:float32", "scan:float64", "scan:float32",
-              "fn_softclip", "fn_scaled_mul", "fn_softclip_numpy", "unrolled"]
+              "fn_softclip", "fn_scaled_mul", "fn_softclip_numpy", "unrolled",
+              "numpy loop body"]
     assert {w: seen[w] for w in wanted if seen[w] < 3} == {}
     assert seen["numpy spelling"] >= 30, seen["numpy spelling"]
 

@@ -89,6 +89,17 @@ FORI_BODIES: dict[str, tuple[Callable, str]] = {
         "c.reshape(-1).at[i % c.size].multiply(0.5).reshape(c.shape) + 0.1 * {w}"),
 }
 
+#: NumPy's spellings of fori bodies (the same ops, reached through nbgrad.numpy_interop)
+FORI_BODIES.update({
+    "np_decay": (lambda i, c, w: 0.5 * c + np.tanh(w), "0.5 * c + np.tanh({w})"),
+    "np_gate": (lambda i, c, w: np.multiply(c, nb.sigmoid(w)) + 0.1 * np.sin(c),
+                "np.multiply(c, nb.sigmoid({w})) + 0.1 * np.sin(c)"),
+    "np_quadratic": (lambda i, c, w: np.subtract(c, 0.1 * c * c) + 0.2 * w,
+                     "np.subtract(c, 0.1 * c * c) + 0.2 * {w}"),
+    "np_index": (lambda i, c, w: np.add(0.8 * c, 0.1 * i) + 0.1 * w,
+                 "np.add(0.8 * c, 0.1 * i) + 0.1 * {w}"),
+})
+
 #: scan bodies ``(c, x) -> (c, y)``; ``full``: the carry has the shape of ``x``, else 0-d
 SCAN_BODIES: dict[str, tuple[Callable, str]] = {
     "accumulate": (lambda c, x: (0.7 * c + nb.sin(x), (0.7 * c + nb.sin(x)) * x),
@@ -102,6 +113,20 @@ SCAN_BODIES: dict[str, tuple[Callable, str]] = {
 }
 
 
+SCAN_BODIES.update({
+    "np_accumulate": (lambda c, x: (0.7 * c + np.sin(x), np.multiply(0.7 * c + np.sin(x), x)),
+                      "(0.7 * c + np.sin(x), np.multiply(0.7 * c + np.sin(x), x))"),
+    "np_accumulate_0d": (lambda c, x: (0.7 * c + np.sum(np.sin(x)), c * x),
+                         "(0.7 * c + np.sum(np.sin(x)), c * x)"),
+    "np_gate_0d": (lambda c, x: (c * nb.sigmoid(np.sum(x)) + 0.5 * np.mean(x),
+                                 np.tanh(c) * x),
+                   "(c * nb.sigmoid(np.sum(x)) + 0.5 * np.mean(x), np.tanh(c) * x)"),
+})
+#: the fori and the scan bodies with a NumPy spelling: ``name -> np_<name>``
+NUMPY_FORI = {k[3:]: k for k in FORI_BODIES if k.startswith("np_")}
+NUMPY_SCAN = {k[3:]: k for k in SCAN_BODIES if k.startswith("np_")}
+
+
 def fori(xs, params):
     """``fori_loop(0, n, body, xs[0])`` closing over ``xs[1]``."""
     n, body = params
@@ -111,7 +136,8 @@ def fori(xs, params):
 
 
 #: bodies of :func:`unrolled` (a Python int counter: not those that need a tensor one)
-UNROLLED_BODIES = tuple(k for k in sorted(FORI_BODIES) if k != "index_cast")
+UNROLLED_BODIES = tuple(k for k in sorted(FORI_BODIES)
+                        if k != "index_cast" and not k.startswith("np_"))
 
 
 def unrolled(xs, params):

@@ -124,12 +124,12 @@ def _gaps_ok(rows: np.ndarray, which: str) -> bool:
 NUMPY_SHARE = 0.25
 
 
-def spelled(b: Builder, name: str) -> str:
-    """Step kind ``name``, or for about :data:`NUMPY_SHARE` of the steps its NumPy spelling
-    (the same op, reached through NumPy's ufunc or function). Drawn from a generator of its
-    own, so a seed's program is the same as without spellings but for how steps are
-    written."""
-    numpy = NUMPY_SPELLINGS.get(name)
+def spelled(b: Builder, name: str, spellings: dict[str, str] = NUMPY_SPELLINGS) -> str:
+    """Step kind (or loop body) ``name``, or for about :data:`NUMPY_SHARE` of the steps its
+    NumPy spelling in ``spellings`` (the same ops, reached through NumPy's ufuncs or
+    functions). Drawn from a generator of its own, so a seed's program is the same as
+    without spellings but for how steps are written."""
+    numpy = spellings.get(name)
     if numpy is None or np.random.default_rng([b.seed, 17, len(b.nodes)]).random() >= \
             NUMPY_SHARE:
         return name

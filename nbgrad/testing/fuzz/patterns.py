@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .constructs import FORI_BODIES, UNROLLED_BODIES
-from .families import _pick, random_slice, shapes
+from .constructs import FORI_BODIES, NUMPY_FORI, NUMPY_SCAN, UNROLLED_BODIES
+from .families import _pick, random_slice, shapes, spelled
 from .program import MAX_SIZE, Builder, Rand
 
 
@@ -100,7 +100,8 @@ def _reuse(r: Rand, b: Builder) -> None:
 # ------------------------------------------------------------------ loops
 #: fori_loop bodies to draw from: the ones using the loop index (dtype promotion of the
 #: carry, issue 12) twice as often
-FORI_CHOICES = sorted(FORI_BODIES) + [k for k in sorted(FORI_BODIES) if k.startswith("index")]
+FORI_CHOICES = [k for k in sorted(FORI_BODIES) if not k.startswith("np_")]
+FORI_CHOICES += [k for k in FORI_CHOICES if k.startswith("index")]
 
 def _carry(r: Rand, b: Builder) -> int:
     """A loop's initial carry: an earlier value or its sum (0-d)."""
@@ -124,7 +125,7 @@ def _loop(r: Rand, b: Builder) -> None:
     if r.booleans():
         c = _carry(r, b)
         w = _closed_over(r, b, b.shape(c))
-        body = r.choice(FORI_CHOICES)
+        body = spelled(b, r.choice(FORI_CHOICES), NUMPY_FORI)
         if b.add("fori_loop", (c, w), (r.integers(1, 4), body)) is None:
             b.add("tanh", (c,))
         return
@@ -136,6 +137,7 @@ def _loop(r: Rand, b: Builder) -> None:
     full = r.booleans()
     body = r.choice(["accumulate", "gate"]) + ("" if full else "_0d")
     init = b.leaf(row if full else (), "unit")
+    body = spelled(b, body, NUMPY_SCAN)
     if b.add("scan", (init, xs), (body, r.choice(["carry", "ys"]), r.booleans())) is None:
         b.add("tanh", (xs,))
 

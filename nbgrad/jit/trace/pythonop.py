@@ -587,11 +587,23 @@ def run_forward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
     one = plan.one_out
     if one is not None and type(raw) is Tensor and raw._data.shape == one[0] and \
             raw._data.dtype == one[1]:
-        outs = [_take(raw)]  # the common case of the checks below
+        outs = [_take(raw)]  # the common case of output_arrays()
     else:
-        outs = output_list(cls, raw)
-        _check_outputs(cls, outs, plan.expect)
-        outs = [o._data.copy() for o in outs]  # C-contiguous copies
+        outs = output_arrays(plan, raw)
+    return with_handle(plan, ctx, outs)
+
+
+def output_arrays(plan: RunPlan, raw: Any) -> list[np.ndarray]:
+    """C-contiguous copies of the outputs of ``raw``, a forward's result, checked against
+    the node."""
+    outs = output_list(plan.cls, raw)
+    _check_outputs(plan.cls, outs, plan.expect)
+    return [o._data.copy() for o in outs]
+
+
+def with_handle(plan: RunPlan, ctx: FunctionCtx, outs: list[np.ndarray]) -> list[np.ndarray]:
+    """``[handle, *outs]``: ``ctx`` behind a new handle (a 0-d int64 array), owned by that
+    array (``plan.own``), else by the current owner scope, else by the array."""
     if plan.own:  # the array owns the handle (it leaves the run only as itself)
         return [HANDLES.owned(ctx, plan.name), *outs]
     h = HANDLES.register(ctx, plan.name)
@@ -656,6 +668,13 @@ def run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
     finally:
         grad.grad_enabled = prev_grad
         trace.tracer = prev
+    return gradient_arrays(plan, checked)
+
+
+def gradient_arrays(plan: RunPlan, checked: list) -> list[np.ndarray]:
+    """What :func:`run_backward` returns for the gradients ``checked`` (by
+    ``check_gradients``): copies of those of the inputs that require grad (zeros for
+    None)."""
     outs = []
     for v, k in plan.out_specs:
         g = checked[k]

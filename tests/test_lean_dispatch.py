@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import nbgrad as nb
 from nbgrad.autograd import engine, record
+from nbgrad.kernels import elementwise as ew
 from nbgrad.ops import dispatch
 from nbgrad.ops.registry import REGISTRY
 
@@ -408,3 +409,28 @@ def test_nan_operands_do_not_fill_the_constant_caches():
     assert np.isnan(y.numpy()).all() and np.isnan(z.numpy()).all()
     after = len(dispatch._SCALARS), sum(len(t) for t in dispatch._CONSTANTS.values())
     assert after == before
+
+
+def test_quiet_ufunc_calls_the_ufunc_directly_with_warnings_off():
+    """``elementwise._quieted``: the lean path's ufunc call (``quiet_ufunc``) is a closure
+    over the ufunc (no ``out`` keyword unless given), NumPy's warnings off during the call
+    only; its tables hold the quiet calls themselves."""
+    seen = []
+
+    def stub(*args, **kwargs):
+        seen.append((len(args), kwargs, np.geterr()))
+        return args[0]
+
+    call = ew._quieted(stub)
+    a = np.ones(3)
+    with np.errstate(all="raise"):
+        assert call(a, a) is a
+        assert call(a, out=a) is a
+        assert np.geterr()["over"] == "raise"  # restored after each call
+    assert seen[0][:2] == (2, {}) and seen[1][:2] == (1, {"out": a})
+    assert all(set(err.values()) == {"ignore"} for _, _, err in seen)
+    assert ew.quiet_ufunc("mul") is ew._UFUNCS["mul"]
+    with np.errstate(all="raise"):  # the real ufunc: overflow and 0/0 quietly, IEEE values
+        big = np.full(4, 1e308)
+        np.testing.assert_array_equal(ew.quiet_ufunc("mul")(big, big), np.full(4, np.inf))
+        assert np.isnan(ew.quiet_ufunc("div")(np.zeros(2), np.zeros(2))).all()

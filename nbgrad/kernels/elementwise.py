@@ -8,7 +8,6 @@ op's arithmetic is written once.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -418,15 +417,6 @@ def broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
         raise RuntimeError(f"{op}: shapes {listed} cannot be broadcast together") from None
 
 
-_FUNCS: dict[str, object] = {}
-#: binary op name -> the NumPy ufunc of :attr:`ScalarOp.ufunc`
-_UFUNCS = {name: getattr(np, op.ufunc) for name, op in BINARY.items() if op.ufunc}
-#: unary op name -> the NumPy ufunc of :attr:`ScalarOp.ufunc`
-_UNARY_UFUNCS = {name: getattr(np, op.ufunc) for name, op in UNARY.items() if op.ufunc}
-#: float arrays of fewer elements run an op's ufunc (no compile; as fast as the kernel
-#: there, which is faster on larger ones)
-UFUNC_MAX = 1024
-
 try:  # NumPy's error state for one call, without np.errstate's cost (~2 us a use)
     from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
 
@@ -435,25 +425,45 @@ except Exception:  # noqa: BLE001 - another NumPy layout: np.errstate then
     _extobj_contextvar = None
 
 
-def _quiet(ufunc, *args, out: np.ndarray | None = None) -> np.ndarray:
-    """``ufunc(*args, out=out)`` with floating-point warnings off (as the kernels)."""
+def _quieted(ufunc):
+    """``call(*arrays, out=None)``: ``ufunc`` with floating-point warnings off (as the
+    kernels); the one place that sets NumPy's error state. A closure, not a partial of a
+    generic helper: on 100-element arrays that costs a third of a small op (issue 15)."""
     if _extobj_contextvar is None:  # pragma: no cover
-        with np.errstate(all="ignore"):
-            return ufunc(*args, out=out)
-    token = _extobj_contextvar.set(_QUIET)
-    try:
-        return ufunc(*args, out=out)
-    finally:
-        _extobj_contextvar.reset(token)
+
+        def call(*args, out=None):
+            with np.errstate(all="ignore"):
+                return ufunc(*args, out=out)
+        return call
+    setvar, reset, quiet = _extobj_contextvar.set, _extobj_contextvar.reset, _QUIET
+
+    def call(*args, out=None):
+        token = setvar(quiet)
+        try:  # (no ``out`` keyword unless given: the ufunc parses fewer arguments)
+            return ufunc(*args) if out is None else ufunc(*args, out=out)
+        finally:
+            reset(token)
+    call.__name__ = f"quiet_{ufunc.__name__}"
+    return call
+
+
+_FUNCS: dict[str, object] = {}
+#: binary op name -> its NumPy ufunc (:attr:`ScalarOp.ufunc`), warnings off (:func:`_quieted`)
+_UFUNCS = {name: _quieted(getattr(np, op.ufunc)) for name, op in BINARY.items() if op.ufunc}
+#: unary op name -> its NumPy ufunc (:attr:`ScalarOp.ufunc`), warnings off
+_UNARY_UFUNCS = {name: _quieted(getattr(np, op.ufunc)) for name, op in UNARY.items()
+                 if op.ufunc}
+#: float arrays of fewer elements run an op's ufunc (no compile; as fast as the kernel
+#: there, which is faster on larger ones)
+UFUNC_MAX = 1024
 
 
 def quiet_ufunc(name: str):
     """``call(*arrays)``: the op ``name``'s exact ufunc (:attr:`ScalarOp.ufunc`) returning a
-    new array, floating-point warnings off (:func:`_quiet`); None for an op without one.
+    new array, floating-point warnings off (:func:`_quieted`); None for an op without one.
     For the eager lean path on float arrays of one dtype, at least 1-d, under
     :data:`UFUNC_MAX` elements."""
-    ufunc = _UFUNCS.get(name) if name in BINARY else _UNARY_UFUNCS.get(name)
-    return None if ufunc is None else functools.partial(_quiet, ufunc)
+    return _UFUNCS.get(name) if name in BINARY else _UNARY_UFUNCS.get(name)
 
 
 def kernel_function(prefix: str, name: str):
@@ -484,7 +494,7 @@ def run_unary(name: str, x: np.ndarray, out_dtype: np.dtype, p0: float = 0.0,
     if x.size < UFUNC_MAX and name in _UNARY_UFUNCS and x.dtype == out_dtype \
             and x.dtype.kind == "f":
         out = np.empty(x.shape, out_dtype)
-        _quiet(_UNARY_UFUNCS[name], x, out=out)
+        _UNARY_UFUNCS[name](x, out=out)
         return out
     fn = _FUNCS.get("unary_" + name) or kernel_function("unary", name)
     xs = x if x.flags.c_contiguous else c_contiguous(x)
@@ -509,7 +519,7 @@ def run_binary(name: str, a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> 
         shape = a.shape if a.shape == b.shape else broadcast_shape(name, a.shape, b.shape)
         out = np.empty(shape, out_dtype)
         if out.size:
-            _quiet(_UFUNCS[name], a, b, out=out)
+            _UFUNCS[name](a, b, out=out)
         return out
     fn = _FUNCS.get("binary_" + name) or kernel_function("binary", name)
     if not a.flags.c_contiguous:
@@ -540,7 +550,7 @@ def run_binary(name: str, a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> 
         if out.size < parallel.MIN_SIZE or not _split(fn, out.size, args, (1, 2)):
             fn(*args)
     elif out.size and a.dtype == b.dtype and a.dtype.kind == "f" and name in _UFUNCS:
-        _quiet(_UFUNCS[name], a, b, out=out)  # the general broadcast: the same IEEE values
+        _UFUNCS[name](a, b, out=out)  # the general broadcast: the same IEEE values
     elif out.size:  # the general broadcast: serial
         fn = _FUNCS.get("bcast_" + name) or kernel_function("bcast", name)
         fn(a.reshape(-1), b.reshape(-1), out.reshape(-1), np.asarray(shape, np.int64),

@@ -58,6 +58,18 @@ class HandleTable:
         self._live[h] = [ctx, name, 1]
         return h
 
+    def owned(self, ctx: FunctionCtx, name: str) -> np.ndarray:
+        """A new handle for ``ctx`` as a 0-d int64 array, its one owner: the entry is
+        released when the array dies. The entry keeps the weak reference whose callback
+        does that (no :data:`_OWNER_REFS` entry, no tuple of handles: a PythonOp makes
+        one per call). No lock, as :meth:`register`."""
+        h = next(self._counter)
+        arr = np.array(h, _INT64)
+        ref = _HandleRef(arr, _handle_died)
+        ref.handle = h
+        self._live[h] = [ctx, name, 1, ref]
+        return arr
+
     @property
     def created(self) -> int:
         """How many entries were registered (the released ones and the live ones)."""
@@ -104,6 +116,18 @@ class HandleTable:
             live, released = len(self._live), self.released
         return {"live": live, "created": released + live, "released": released}
 
+
+class _HandleRef(weakref.ref):
+    """A weak reference to the array that owns ``handle`` (:meth:`HandleTable.owned`)."""
+
+    __slots__ = ("handle",)
+
+
+def _handle_died(ref: _HandleRef) -> None:
+    HANDLES.release(ref.handle)
+
+
+_INT64 = np.dtype(np.int64)
 
 #: the process-wide table of PythonOp contexts
 HANDLES = HandleTable()

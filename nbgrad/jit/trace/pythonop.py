@@ -37,6 +37,7 @@ exception, with the Function's name added to the message.
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -50,7 +51,7 @@ from ...autograd.node import gradient_edge
 from ...errors import TracerError
 from ...grad_mode import STATE, no_grad
 from ...tensor import STATE_TRACE, Tensor, wrap_array
-from .handles import _TLS, HANDLES, _release_with, own
+from .handles import _TLS, HANDLES, own
 from .ir import (
     MARKERS,
     ONCE_DIFFERENTIABLE,
@@ -512,10 +513,44 @@ def _tensor_of(arr, spec: tuple) -> Tensor:
     return wrap_array(np.array(arr, dtype=spec[1], copy=True).reshape(spec[0]))
 
 
+_refcount = sys.getrefcount
+
+
+def _probe(t: Tensor) -> tuple[int, int]:
+    d = t._data
+    return _refcount(t), _refcount(d)
+
+
+def _alone_counts() -> tuple[int, int]:
+    t = wrap_array(np.empty(4))
+    return _probe(t)
+
+
+#: the reference counts of a tensor that one local of its caller holds and of its array,
+#: which only the tensor holds, as :func:`_take` sees them (measured in the same shape,
+#: :func:`_probe`, not assumed: CPython versions count differently)
+_ALONE_T, _ALONE_D = _alone_counts()
+
+
+def _take(t: Tensor) -> np.ndarray:
+    """The data of ``t``, which user code returned and the caller holds in one local, as a
+    value of the graph: the array itself where nothing else can reach it or its memory
+    (no other holder of ``t`` or of the array, which owns its C-contiguous, aligned,
+    writeable memory: a view or a saved tensor counts as a holder), else a C-contiguous
+    copy (user code may keep, view or modify what it returned)."""
+    d = t._data
+    if _refcount(t) == _ALONE_T and _refcount(d) == _ALONE_D:
+        f = d.flags
+        if f.owndata and f.carray:
+            return d
+    return d.copy()
+
+
 def run_forward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
     """Run a PythonOp node (``plan``'s) on arrays: the user's ``forward`` on private
     copies, with a fresh ctx, no tracer and grad mode off; returns the handle (0-d int64)
-    and C-contiguous copies of the outputs. Errors name the Function."""
+    and the outputs: C-contiguous copies, or a one-output forward's own array where
+    nothing else can reach it (:func:`_take`). Errors name the Function."""
     cls = plan.cls
     if len(arrays) != len(plan.in_specs):
         raise ValueError(f"PythonOp of {plan.name}: {len(arrays)} inputs, the node has "
@@ -552,16 +587,28 @@ def run_forward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
     one = plan.one_out
     if one is not None and type(raw) is Tensor and raw._data.shape == one[0] and \
             raw._data.dtype == one[1]:
-        outs = [raw._data.copy()]  # the common case of the checks below
+        outs = [_take(raw)]  # the common case of output_arrays()
     else:
-        outs = output_list(cls, raw)
-        _check_outputs(cls, outs, plan.expect)
-        outs = [o._data.copy() for o in outs]  # C-contiguous copies
+        outs = output_arrays(plan, raw)
+    return with_handle(plan, ctx, outs)
+
+
+def output_arrays(plan: RunPlan, raw: Any) -> list[np.ndarray]:
+    """C-contiguous copies of the outputs of ``raw``, a forward's result, checked against
+    the node."""
+    outs = output_list(plan.cls, raw)
+    _check_outputs(plan.cls, outs, plan.expect)
+    return [o._data.copy() for o in outs]
+
+
+def with_handle(plan: RunPlan, ctx: FunctionCtx, outs: list[np.ndarray]) -> list[np.ndarray]:
+    """``[handle, *outs]``: ``ctx`` behind a new handle (a 0-d int64 array), owned by that
+    array (``plan.own``), else by the current owner scope, else by the array."""
+    if plan.own:  # the array owns the handle (it leaves the run only as itself)
+        return [HANDLES.owned(ctx, plan.name), *outs]
     h = HANDLES.register(ctx, plan.name)
     harr = np.array(h, _INT64)
-    if plan.own:  # the array owns the handle (it leaves the run only as itself)
-        _release_with(harr, (h,))
-    elif (scope := getattr(_TLS, "scope", None)) is not None:  # own(), inlined
+    if (scope := getattr(_TLS, "scope", None)) is not None:  # own(), inlined
         scope.created.append(h)
     else:
         own(h, harr)
@@ -587,7 +634,8 @@ def run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
     """Run a PythonOpGrad node (``plan``'s) on arrays: the user's ``backward`` with the
     ctx of the handle ``arrays[0]`` on private copies of the gradients (zeros for absent
     ones unless the ctx says otherwise), its result checked as eager mode does; returns
-    copies of the gradients of the inputs that require grad."""
+    copies of the gradients of the inputs that require grad (a one-gradient backward's
+    own array where nothing else can reach it, :func:`_take`)."""
     cls = plan.cls
     if len(arrays) != len(plan.in_specs):
         raise ValueError(f"PythonOpGrad of {plan.name}: {len(arrays)} inputs, the node has "
@@ -610,7 +658,7 @@ def run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
         one = plan.one_grad
         if one is not None and type(result) is Tensor and result._data.shape == one[0] \
                 and result._data.dtype == one[1]:
-            return [result._data.copy()]  # the common case of check_gradients
+            return [_take(result)]  # the common case of check_gradients
         checked = plan.checker.check_gradients(result)
     except TracerError:
         raise
@@ -620,6 +668,13 @@ def run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
     finally:
         grad.grad_enabled = prev_grad
         trace.tracer = prev
+    return gradient_arrays(plan, checked)
+
+
+def gradient_arrays(plan: RunPlan, checked: list) -> list[np.ndarray]:
+    """What :func:`run_backward` returns for the gradients ``checked`` (by
+    ``check_gradients``): copies of those of the inputs that require grad (zeros for
+    None)."""
     outs = []
     for v, k in plan.out_specs:
         g = checked[k]

@@ -1,0 +1,139 @@
+"""Who owns what a PythonOp makes: its handle's table entry keeps the weak reference that
+releases it (``HandleTable.owned``), and the arrays its user code returns are the graph's
+values without a copy where nothing else can reach them (``pythonop._take``), copies
+where something can (a saved output, a returned input, a view, a kept array)."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import nbgrad as nb
+from nbgrad.autograd import Function
+from nbgrad.jit.trace import handles as htable
+from nbgrad.jit.trace import pythonop
+
+
+class Made(Function):
+    """Square, remembering (weakly) the arrays its forward and backward return."""
+
+    jit_path = "python"
+    made: list = []
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        y = x * x
+        Made.made.append(weakref.ref(y._data))
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        r = 2 * x * g
+        Made.made.append(weakref.ref(r._data))
+        return r
+
+
+class Keeps(Function):
+    """Returns ``x * 3`` or its input, keeping (per ``Keeps.how``) the output, a view of it
+    or its array where later code can reach and modify them."""
+
+    jit_path = "python"
+    how = "saved"
+    kept: list = []
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x * 3.0
+        if Keeps.how == "saved":
+            ctx.save_for_backward(y)
+            Keeps.kept.append(ctx)
+        elif Keeps.how == "view":
+            Keeps.kept.append(y[1:])
+        elif Keeps.how == "array":
+            Keeps.kept.append(y.numpy())
+        elif Keeps.how == "input":
+            return x
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        return 3.0 * g
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_contexts():
+    yield
+    Made.made.clear()
+    Keeps.kept.clear()
+    gc.collect()
+    assert htable.live_contexts() == 0, htable.HANDLES.stats()
+
+
+@pytest.mark.parametrize("mode", ["interpret", "compile"])
+def test_handle_entries_keep_their_own_weak_reference(mode):
+    jf = nb.jit(lambda t: Made.apply(t).sum(), mode=mode)
+    x0 = np.linspace(-1.0, 1.0, 5)
+    for _ in range(3):  # the trace, then the segmented runs
+        x = nb.tensor(x0, requires_grad=True)
+        jf(x).backward()
+        np.testing.assert_array_equal(x.grad.numpy(), 2 * x0)
+    assert next(iter(jf._cache.values())).executable("fwd").arrays_own
+    refs = len(htable._OWNER_REFS)
+    loss = jf(nb.tensor(x0, requires_grad=True))
+    assert htable.live_contexts() == 1
+    assert len(htable._OWNER_REFS) == refs  # the entry holds it, no table of owners
+    ((ctx, name, owners, ref),) = htable.HANDLES._live.values()
+    assert owners == 1 and name.endswith("Made") and ref() is not None
+    del loss  # the handle array dies with the outputs: its entry goes
+    assert htable.live_contexts() == 0
+
+
+@pytest.mark.parametrize("mode", ["interpret", "compile"])
+def test_arrays_nothing_else_reaches_are_not_copied(mode):
+    jf = nb.jit(lambda t: Made.apply(t), mode=mode)
+    x0 = np.linspace(-1.0, 1.0, 5)
+    for _ in range(3):
+        Made.made.clear()
+        y = jf(nb.tensor(x0))
+        np.testing.assert_array_equal(y.numpy(), x0 * x0)
+    assert y._data is Made.made[0]()  # the forward's own array
+    jg = nb.jit(lambda t: Made.apply(t).sum(), mode=mode)
+    for _ in range(2):
+        jg(nb.tensor(x0, requires_grad=True)).backward()
+    bwd = next(iter(jg._cache.values())).executable("bwd")
+    (plan,) = [p for _, p, _, _, _ in bwd.steps if p is not None]
+    ctx = pythonop.FunctionCtx()
+    ctx.save_for_backward(nb.tensor(x0))
+    handle = htable.HANDLES.owned(ctx, plan.name)
+    Made.made.clear()
+    (g,) = pythonop.run_backward(plan, [handle, np.ones(5), x0 * x0])
+    assert g is Made.made[0]()  # the backward's own array
+    np.testing.assert_array_equal(g, 2 * x0)
+
+
+@pytest.mark.parametrize("mode", ["interpret", "compile"])
+@pytest.mark.parametrize("how", ["saved", "view", "array", "input"])
+def test_arrays_something_else_reaches_are_copied(mode, how):
+    """Writing into what the forward kept, after the call, leaves the result alone (and
+    writing into the result leaves the input alone)."""
+    Keeps.how = how
+    jf = nb.jit(lambda t: Keeps.apply(t), mode=mode)
+    x0 = np.linspace(-1.0, 1.0, 5)
+    want = x0 if how == "input" else 3.0 * x0
+    for _ in range(3):
+        x = nb.tensor(x0)
+        y = jf(x)
+        np.testing.assert_array_equal(y.numpy(), want)
+        for kept in Keeps.kept:
+            arr = kept.saved_tensors[0]._data if how == "saved" else \
+                kept._data if how == "view" else kept
+            arr[...] = 7.0
+        Keeps.kept.clear()
+        np.testing.assert_array_equal(y.numpy(), want)
+        y._data[...] = -7.0
+        np.testing.assert_array_equal(x.numpy(), x0)

@@ -24,29 +24,16 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..autograd.function import FunctionCtx
-from ..errors import TracerError
-from ..grad_mode import STATE
-from ..tensor import STATE_TRACE, Tensor, wrap_array
 from .executable import Executable
 from .tier1.tape import TapeExecutable
 from .trace import handles
 from .trace.handles import HANDLES, OwningExecutable, _release_with, _Scope, settle
 from .trace.ir import PYTHON_OP, PYTHON_OP_GRAD, Graph, Node, Var, format_graph
-from .trace.pythonop import (
-    RunPlan,
-    _take,
-    annotate,
-    gradient_arrays,
-    output_arrays,
-    run_backward,
-    run_forward,
-    with_handle,
-)
+from .trace.pythonop import RunPlan, run_backward, run_forward
 from .verify import Checked
 
-__all__ = ["ENABLED", "SegmentedExecutable", "direct_runner", "has_top_level_python_ops",
-           "partition", "segmented"]
+__all__ = ["ENABLED", "SegmentedExecutable", "has_top_level_python_ops", "partition",
+           "segmented"]
 
 _PY_KINDS = (PYTHON_OP, PYTHON_OP_GRAD)
 
@@ -106,73 +93,6 @@ def partition(graph: Graph) -> list[tuple[str, list[Node]]]:
         if k < len(stages):
             steps.extend(("python", [n]) for n in stages[k])
     return steps
-
-
-def direct_runner(plan: RunPlan) -> Callable | None:
-    """``run(plan, arrays)``: :func:`run_forward` or :func:`run_backward` of ``plan``
-    specialised to its common case in a segmented run, its constants bound once (a call
-    runs per PythonOp per call): a PythonOp of one tensor argument and one output whose
-    handle its array owns (``plan.own``), a PythonOpGrad of one gradient for its one input
-    (a 0-d handle array). Other inputs take the general function, other results its
-    checks (the same values and errors). None for any other plan."""
-    cls, name, trace, grad = plan.cls, plan.name, STATE_TRACE, STATE
-    if plan.node.op == PYTHON_OP:
-        if plan.one_in is None or plan.one_out is None or not plan.own:
-            return None
-        (shape, dt), (oshape, odt), needs = plan.one_in, plan.one_out, plan.needs_input_grad
-
-        def forward(_plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
-            if len(arrays) != 1 or type(x := arrays[0]) is not np.ndarray or x.shape != shape:
-                return run_forward(plan, arrays)
-            t = wrap_array(x.astype(dt))  # a private copy, NumPy's own dtype object
-            ctx = FunctionCtx()
-            ctx.needs_input_grad = needs
-            prev, prev_grad = trace.tracer, grad.grad_enabled
-            trace.tracer = None
-            grad.grad_enabled = False
-            try:
-                raw = cls.forward(ctx, t)
-            except TracerError:
-                raise
-            except Exception as exc:
-                annotate(exc, cls, "forward")
-                raise
-            finally:
-                grad.grad_enabled = prev_grad
-                trace.tracer = prev
-            if type(raw) is Tensor and raw._data.shape == oshape and raw._data.dtype == odt:
-                return [HANDLES.owned(ctx, name), _take(raw)]
-            return with_handle(plan, ctx, output_arrays(plan, raw))
-        return forward
-    if plan.one_in is None or plan.one_grad is None:
-        return None
-    (shape, dt), (gshape, gdt), checker = plan.one_in, plan.one_grad, plan.checker
-
-    def backward(_plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
-        if len(arrays) != 3 or type(h := arrays[0]) is not np.ndarray or h.shape != () or \
-                type(x := arrays[1]) is not np.ndarray or x.shape != shape:
-            return run_backward(plan, arrays)
-        ctx = HANDLES.get(h.item(), name)
-        g = wrap_array(x.astype(dt))
-        prev, prev_grad = trace.tracer, grad.grad_enabled
-        trace.tracer = None
-        grad.grad_enabled = False
-        try:
-            result = cls.backward(ctx, g)
-            if type(result) is Tensor and result._data.shape == gshape and \
-                    result._data.dtype == gdt:
-                return [_take(result)]
-            checked = checker.check_gradients(result)
-        except TracerError:
-            raise
-        except Exception as exc:
-            annotate(exc, cls, "backward")
-            raise
-        finally:
-            grad.grad_enabled = prev_grad
-            trace.tracer = prev
-        return gradient_arrays(plan, checked)
-    return backward
 
 
 def _subgraph(graph: Graph, nodes: list[Node], needed: set[int]) -> Graph:
@@ -286,11 +206,9 @@ class SegmentedExecutable(OwningExecutable):
         self.arrays_own = not nested and all(
             self.out_slots[k] in py_handles and not self.out_copy[k]
             for k, m in enumerate(self.mask) if m)
-        for k, (run, plan, ins, outs, node) in enumerate(self.steps):
-            if plan is not None:
-                if node.op == PYTHON_OP:
-                    plan.own = self.arrays_own
-                self.steps[k] = (direct_runner(plan) or run, plan, ins, outs, node)
+        for _, plan, _, _, _ in self.steps:
+            if plan is not None and plan.node.op == PYTHON_OP:
+                plan.own = self.arrays_own
         tiers = {getattr(e, "tier", None) for e in self.segments}
         self.tier = tier if not tiers or tiers == {tier} else "interpret"
         self.native_calls = sum(getattr(e, "native_calls", 1) for e in self.segments)

@@ -25,6 +25,8 @@ from nbgrad.cli.diagnose import constant_factor, diagnose
 from nbgrad.cli.errors import CliError
 from nbgrad.cli.usercheck import parse_shape
 
+pytestmark = pytest.mark.long  # xdist starts this file early (tests/conftest.py)
+
 JIT_BUILT = hasattr(nb, "jit")
 
 USER_MODULE = textwrap.dedent('''
@@ -293,6 +295,9 @@ def test_bench_without_runner_says_what_is_missing(tmp_path):
 
 def test_bench_runs_the_perf_runner_with_the_selection(tmp_path):
     (tmp_path / "perf").mkdir()
+    # a regular package: a namespace one would lose to a checkout's perf/ on PYTHONPATH
+    # (the real runner would then run, for minutes, and write into perf/results/)
+    (tmp_path / "perf" / "__init__.py").write_text("")
     (tmp_path / "perf" / "__main__.py").write_text(
         "import sys\nprint('runner got', ' '.join(sys.argv[1:]))\n")
     proc = run_cli("bench", "--workloads", "W1,W3", "--frameworks", "nbgrad,numba",

@@ -539,7 +539,7 @@ class Program:
         except Exception:  # noqa: BLE001 - tier 1's error is the user's: the call raises it
             return True
         self._warm.add(id(new.candidate))  # its first (loading) run was the check's
-        if new.tier1_seconds and tier2_s > 0:  # (0: all of it was compile time)
+        if new.tier1_seconds is not None:
             pairs[role] = (new.tier1_seconds, tier2_s)
         return True
 

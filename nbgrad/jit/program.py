@@ -466,10 +466,7 @@ class Program:
 
     def _promote(self) -> None:
         with compiling():
-            try:
-                self._promote_now()
-            finally:
-                self._check_inputs.clear()  # (copies the check did not take)
+            self._promote_now()
 
     def _promote_now(self) -> None:
         _IN_PROMOTION.active = True

@@ -15,9 +15,7 @@ expected to cost, :func:`compile_estimate`; at once for a graph whose one run co
 noticeable part of that; before the first tier-1 run where the trace was heavy,
 :meth:`Program.early`), compiled in a background thread (:meth:`Program.promote`;
 tier 1 runs meanwhile); the swap to generated code once its first result agreed with
-tier 1 (the check runs the program's tier-1 tape; in the promotion thread before the
-swap, on a copy of a call's inputs, where it may: :meth:`Program._check_beside`); then
-the measurement
+tier 1 (the check runs the program's tier-1 tape); then the measurement
 (:meth:`Program.measure`, on runs no background compile overlapped): tier 2 stays only
 if its runs measured faster than tier 1's (a trial times a few more tier-1 runs where
 there were too few to tell; ``mode="compile"`` has none), else
@@ -41,14 +39,14 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 from numba.core import event
 
-from . import timing, verify
+from . import timing
 from .executable import Executable
 from .segments import SegmentedExecutable, segmented
 from .tier1 import interpreter
 from .tier1.lowering import build_tape, loop_executable
 from .tier2 import codegen
 from .trace.function_trace import expand
-from .trace.handles import has_python_ops, owning
+from .trace.handles import owning
 from .trace.ir import Graph, LoopInfo
 from .verify import TIER1_MISMATCH, Checked, OnHost, checked
 from .verify import enabled as verify_enabled
@@ -213,9 +211,6 @@ class Program:
         self._trial: dict[str, Executable] | None = None  # tier 2's, while tier 1 is timed
         self._warm: set[int] = set()  # ids of tier-2 executables that ran once
         self._quick: threading.Thread | None = None  # a promotion that loads cached code
-        #: by role, a copy of the inputs of a call made while promoting: the promotion
-        #: checks its code on them before the swap (:meth:`_check_beside`)
-        self._check_inputs: dict[str, list[np.ndarray]] = {}
         self._lock = threading.Lock()
         timing.install()
 
@@ -255,9 +250,6 @@ class Program:
         exe = self._get(role, graph_of)
         if count and self.trace_seconds is not None and self.early(exe):
             self.start_promotion()
-        if self.tier == PROMOTING and role not in self._check_inputs and verify_enabled() \
-                and verify.BACKGROUND and not has_python_ops(exe.graph):
-            self._check_inputs[role] = [np.array(a, copy=True) for a in arrays]
         checks = isinstance(exe, Checked) and exe.verdict is None
         token = quiet()
         compiling = timing.compile_seconds()
@@ -490,55 +482,15 @@ class Program:
                           f"({type(exc).__name__}: {exc}); it keeps running in tier 1",
                           RuntimeWarning, stacklevel=1)
             return
-        pairs: dict[str, tuple[float, float]] = {}
-        for role, new in built.items():
-            old = self._exe.get(role)
-            if old is not None and run_tier(old) == "interpret":
-                self._tier1[role] = old  # kept for the way back (measured slower)
-                if isinstance(new, Checked) and new.fallback is None:
-                    new.fallback = old  # the check runs the tape that ran (warm)
-            self.adopt(role, new)
-            if not self._check_beside(role, new, pairs):
-                return  # the code differed from tier 1: the program stays there
-        with self._lock:  # each one not checked yet is checked on its first run
+        with self._lock:  # each one's first run is checked against tier 1
             for role, new in built.items():
-                self._exe[role] = new.candidate if isinstance(new, Checked) and \
-                    new.verdict else new
-            roles = list(self._exe)
-            if self.measuring and self.measured is None and roles and \
-                    all(r in pairs for r in roles) and \
-                    CLEAR_RATIO * sum(pairs[r][1] for r in roles) <= \
-                    sum(pairs[r][0] for r in roles):
-                self.measured = {"tier1_s": sum(pairs[r][0] for r in roles),
-                                 "tier2_s": sum(pairs[r][1] for r in roles), "kept": True,
-                                 "roles": roles, "beside": True}
+                old = self._exe.get(role)
+                if old is not None and run_tier(old) == "interpret":
+                    self._tier1[role] = old  # kept for the way back (measured slower)
+                    if isinstance(new, Checked) and new.fallback is None:
+                        new.fallback = old  # the check runs the tape that ran (warm)
+                self._exe[role] = self.adopt(role, new)
             self.tier = "compile"
-
-    def _check_beside(self, role: str, new: Executable,
-                      pairs: dict[str, tuple[float, float]]) -> bool:
-        """Check ``new`` here, in the promotion thread, where a call made while it
-        compiled left a copy of its inputs (:meth:`run`) and the check may run off the
-        caller's thread (:meth:`~nbgrad.jit.verify.Checked.beside`). Its tier-1 run and a
-        second run of the code, timed one after the other beside the calls that kept
-        running in tier 1, go to ``pairs``: where every role's pair is
-        :data:`CLEAR_RATIO` apart in favour of tier 2, that is the measurement's verdict;
-        else the pairs count for nothing (each overlapped other runs) and the measurement
-        goes on as after a check on a call. False if the code differed (the program is
-        back in tier 1 for good, by :meth:`verdict`); where no copy was left, the first
-        call checks the code."""
-        args = self._check_inputs.pop(role, None)
-        if args is None or not isinstance(new, Checked) or not new.beside() or _EXITING:
-            return True
-        try:
-            if not new.check_beside(args):
-                return False
-            _, tier2_s = timing.timed(new.candidate.run, args)
-        except Exception:  # noqa: BLE001 - tier 1's error is the user's: the call raises it
-            return True
-        self._warm.add(id(new.candidate))  # its first (loading) run was the check's
-        if new.tier1_seconds is not None:
-            pairs[role] = (new.tier1_seconds, tier2_s)
-        return True
 
 
 # ------------------------------------------------------------------ promotion threads

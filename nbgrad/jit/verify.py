@@ -3,9 +3,7 @@
 Before a graph runs on generated code (tier 2, or the fused kernels of a CUDA graph)
 in the user's process, its first run is compared with the tier-1 interpreter on the
 same inputs, synchronously, before the result is returned: :func:`checked` wraps the
-new executable in a :class:`Checked` that does this once. A promotion may instead check
-the code in its own thread before the swap, on a copy of the inputs of a call made while
-it compiled (:meth:`Checked.check_beside`, :data:`BACKGROUND`). Every output (values,
+new executable in a :class:`Checked` that does this once. Every output (values,
 gradients, residuals) must agree: integer and bool outputs exactly, NaN and infinity at
 the same positions, other floats to ``|a - b| <= rtol * max(|a|, |b|, scale)`` where
 ``scale`` is the largest finite magnitude of the tier-1 output or of the graph's float
@@ -56,10 +54,6 @@ from .trace.handles import has_python_ops, owning
 from .trace.ir import Graph, format_graph, graph_hash
 
 _ENABLED = os.environ.get("NBGRAD_PROMOTION_CHECK", "1").strip() != "0"
-#: whether a promotion may check generated code in its own thread before the swap, on a
-#: copy of the inputs of a call made while it compiled (:meth:`Checked.check_beside`;
-#: ``NBGRAD_CHECK_BACKGROUND=0``: always on the first call after the swap)
-BACKGROUND = os.environ.get("NBGRAD_CHECK_BACKGROUND", "1").strip() != "0"
 
 #: relative tolerance of the check by dtype (float64: 1e-12; others by their precision)
 RTOL = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 1e-5,
@@ -339,24 +333,7 @@ class Checked:
                     return self._check(arrays)
         return (self.candidate if self.verdict else self.fallback).run(arrays)
 
-    def beside(self) -> bool:
-        """Whether this check may run off the caller's thread (:data:`BACKGROUND`): code of
-        the CPU with no ``objmode`` step, so that it runs no Python of the user's, draws
-        from no random generator and leaves no state that other threads read."""
-        generated = getattr(self.candidate, "generated", None)
-        return BACKGROUND and self.tier == "compile" and self.verdict is None and \
-            generated is not None and not generated.fallbacks
-
-    def check_beside(self, arrays: Sequence) -> bool:
-        """The check, run by a promotion thread before the swap on ``arrays`` (a copy of
-        the inputs of an earlier call, which it may keep); True if the code agreed (a
-        mismatch warns and tells the listener, as on a call)."""
-        with self._lock:
-            if self.verdict is None:
-                self._check(arrays, beside=True)
-        return bool(self.verdict)
-
-    def _check(self, arrays: Sequence, beside: bool = False) -> list:
+    def _check(self, arrays: Sequence) -> list:
         t0 = time.perf_counter()
         saved = [_copy(a) for a in arrays]
         gens = _generators(self.graph)
@@ -404,13 +381,10 @@ class Checked:
             where = f"Reproducer: {self.reproducer} (python {self.reproducer / 'replay.py'})"
         except (OSError, pickle.PicklingError, TypeError, AttributeError) as exc:
             where = f"No reproducer could be written ({type(exc).__name__}: {exc})"
-        then = ("The graph stays in tier 1 (checked before its first use, on the inputs "
-                "of an earlier call)." if beside else
-                "The graph stays in tier 1 and this call returns tier 1's result.")
         warnings.warn(f"nbgrad.jit: the generated code ({self.tier}) of {self.name} gives a "
                       f"different result from the tier-1 interpreter on its first run: "
-                      f"{bad.describe()}. {then} {where}", PromotionMismatchWarning,
-                      stacklevel=2)
+                      f"{bad.describe()}. The graph stays in tier 1 and this call returns "
+                      f"tier 1's result. {where}", PromotionMismatchWarning, stacklevel=2)
         self._decide(False)
         return expected
 

@@ -193,8 +193,7 @@ def _compare_one(a: np.ndarray, b: np.ndarray, floor: float = 0.0) -> Mismatch |
                         tuple(int(i) for i in np.unravel_index(k, shape)))
 
 
-#: elements per block of :func:`_within` (a buffer of 8 MB at most, reused; few blocks, so
-#: few returns to the GIL when the check runs in a promotion thread)
+#: elements per block of :func:`_within` (a buffer of 8 MB at most, reused)
 WITHIN_BLOCK = 1 << 20
 
 

@@ -2,7 +2,6 @@
 
 import os
 import sys
-from collections import Counter
 
 # One thread for BLAS and Numba: the suite runs on 2 cores, where threaded OpenBLAS
 # on small matrices is slower by orders of magnitude (set before NumPy loads BLAS).
@@ -17,20 +16,6 @@ def pytest_xdist_auto_num_workers(config) -> int:
     """``-n auto``: one worker per usable core, at most 4 (each holds its own kernels)."""
     from nbgrad.cli.opcheck import auto_jobs
     return auto_jobs()
-
-
-def pytest_collection_modifyitems(config, items) -> None:
-    """Files marked ``long`` first, then the others by falling test count. xdist hands
-    files out in this order (``--dist loadfile --no-loadscope-reorder``): ordered by test
-    count alone, the fuzz files (a few tests of half a minute each) started last and one
-    worker ran them alone at the end while the other idled."""
-    files = [item.nodeid.split("::", 1)[0] for item in items]
-    counts = Counter(files)
-    long = {f for f, item in zip(files, items, strict=True) if item.get_closest_marker("long")}
-    order = {f: (f not in long, -counts[f], f) for f in counts}
-    keyed = sorted(zip(files, range(len(items)), items, strict=True),
-                   key=lambda t: (order[t[0]], t[1]))
-    items[:] = [item for _, _, item in keyed]
 
 
 @pytest.fixture

@@ -21,8 +21,6 @@ import pytest
 
 from nbgrad import cache_guard, codegen
 
-pytestmark = pytest.mark.long  # xdist starts this file early (tests/conftest.py)
-
 SCRIPT = """
 import warnings
 warnings.simplefilter("always")

@@ -25,8 +25,6 @@ from nbgrad.cli.diagnose import constant_factor, diagnose
 from nbgrad.cli.errors import CliError
 from nbgrad.cli.usercheck import parse_shape
 
-pytestmark = pytest.mark.long  # xdist starts this file early (tests/conftest.py)
-
 JIT_BUILT = hasattr(nb, "jit")
 
 USER_MODULE = textwrap.dedent('''

@@ -31,8 +31,6 @@ from nbgrad.testing.fuzz import (
 from nbgrad.testing.fuzz import differential as diff_mod
 from nbgrad.testing.fuzz.runner import run_seeds
 
-pytestmark = pytest.mark.long  # xdist starts this file early (tests/conftest.py)
-
 #: the CI seeds: at least 300 graphs per executor, in blocks of BLOCK
 SEEDS = range(0, 312)
 BLOCK = 24

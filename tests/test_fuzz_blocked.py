@@ -24,8 +24,6 @@ from nbgrad.testing.fuzz import EXTRA_EXECUTORS
 from nbgrad.testing.fuzz import differential as diff_mod
 from nbgrad.testing.fuzz.runner import run_seeds
 
-pytestmark = pytest.mark.long  # xdist starts this file early (tests/conftest.py)
-
 ROOT = Path(__file__).resolve().parents[1]
 #: seeds of their own (the main fuzz blocks use 0-311)
 SEEDS = range(5000, 5036)

@@ -6,8 +6,6 @@ from __future__ import annotations
 import pytest
 from test_fuzz import BLOCK, SEEDS, SPLIT, block_id, check_block
 
-pytestmark = pytest.mark.long  # xdist starts this file early (tests/conftest.py)
-
 
 @pytest.mark.parametrize("first", range(SPLIT, SEEDS.stop, BLOCK), ids=block_id)
 def test_fuzz_executors_agree(first):

@@ -19,8 +19,6 @@ from nbgrad.ops.registry import REGISTRY
 from nbgrad.ops.traits import Elementwise, NativePlan, Opaque
 from nbgrad.testing import all_records, float_tensor_call
 
-pytestmark = pytest.mark.long  # xdist starts this file early (tests/conftest.py)
-
 RECORDS = all_records()
 HEADER = "nbgrad.jit tier 2: generated code"
 

@@ -48,7 +48,8 @@ class HandleTable:
     def __init__(self) -> None:
         self._lock = threading.RLock()  # finalizers may run while this thread holds it
         self._counter = itertools.count(1)
-        self._live: dict[int, list] = {}  # handle -> [ctx, name, owners]
+        # handle -> [ctx, name, owners] (+ the owning array's weak reference: owned())
+        self._live: dict[int, list] = {}
         self.released = 0
 
     def register(self, ctx: FunctionCtx, name: str) -> int:
@@ -63,11 +64,11 @@ class HandleTable:
         released when the array dies. The entry keeps the weak reference whose callback
         does that (no :data:`_OWNER_REFS` entry, no tuple of handles: a PythonOp makes
         one per call). No lock, as :meth:`register`."""
-        h = next(self._counter)
+        h = self.register(ctx, name)
         arr = np.array(h, _INT64)
         ref = _HandleRef(arr, _handle_died)
         ref.handle = h
-        self._live[h] = [ctx, name, 1, ref]
+        self._live[h].append(ref)
         return arr
 
     @property

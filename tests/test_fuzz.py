@@ -375,7 +375,7 @@ def test_cli_fuzz_runs_prints_a_summary_and_fails_on_a_failure(monkeypatch, caps
 def test_executors_are_the_documented_ones():
     assert EXECUTORS == ("eager", "fd", "jvp", "vmap", "reference", "interpret", "compile",
                          "auto")
-    assert diff_mod.EXTRA_EXECUTORS == ("grad", "blocked", "cuda")
+    assert diff_mod.EXTRA_EXECUTORS == ("grad", "blocked", "strips", "cuda")
 
 
 # ------------------------------------------------------------------ plain regressions

@@ -45,7 +45,7 @@ def test_blocked_everywhere_is_restored_and_documented():
     with diff_mod.blocked_everywhere(3):
         assert (parallel.MIN_SIZE, parallel.BLOCK) == (1, 3)
     assert (parallel.MIN_SIZE, parallel.BLOCK) == saved
-    assert EXTRA_EXECUTORS == ("grad", "blocked", "cuda")
+    assert EXTRA_EXECUTORS == ("grad", "blocked", "strips", "cuda")
 
 
 _CHILD = textwrap.dedent('''

@@ -65,14 +65,15 @@ COMPILE_CACHED_S = 0.05
 #: a graph whose one call in tier 1 costs at least this part of the expected compile is
 #: promoted at once (after :data:`PROMOTE_AFTER` calls): the compile runs beside its calls
 #: and, measured faster, pays itself back within a few dozen calls (a 50 ms graph is
-#: promoted after its first call in tier 1; a 0.1 ms graph once its calls have cost
+#: promoted after its second call in tier 1; a 0.1 ms graph once its calls have cost
 #: the compile estimate, after about ten thousand calls)
 HEAVY_FRACTION = 1 / 40
 #: a graph whose trace cost this many times what makes a call heavy (the trace runs
-#: eager ops, up to a few times slower than tier 1) is promoted before its first run in
-#: tier 1 (:meth:`Program.early`), if the trace took at least :data:`EARLY_OP_S` per op
-#: it recorded (else its time is the tracer's own: an unrolled Python loop of small ops)
-EARLY_MARGIN = 4.0
+#: eager ops: W3's and W5's traces took 7-9 times a tier-1 call, whose elementwise
+#: chains run in strips) is promoted before its first run in tier 1
+#: (:meth:`Program.early`), if the trace took at least :data:`EARLY_OP_S` per op it
+#: recorded (else its time is the tracer's own: an unrolled Python loop of small ops)
+EARLY_MARGIN = 8.0
 EARLY_OP_S = 1e-3
 #: the longest the call after a promotion waits for it when the generated code is in
 #: the cache folder (loading takes tens of ms): at most half of one tier-1 call, once
@@ -373,11 +374,13 @@ class Program:
 
     def hot(self) -> bool:
         """Whether tier 1 has run long enough to promote: the time spent reached the
-        :meth:`budget` (ski rental), or one call (the fastest run of each role) costs
-        :data:`HEAVY_FRACTION` of it."""
+        :meth:`budget` (ski rental), or one call (the fastest run of each role, once
+        each ran twice: a tape's first run also faults in its pool's pages, W5's took
+        26 ms and later ones 17.5 ms) costs :data:`HEAVY_FRACTION` of it."""
         budget = self.budget()
         t1 = self.rough
-        return self.seconds >= budget or t1.total(t1.best) >= budget * HEAVY_FRACTION
+        return self.seconds >= budget or (all(t1.has(r, 2) for r in t1.count) and
+                                          t1.total(t1.best) >= budget * HEAVY_FRACTION)
 
     def measure(self) -> None:
         """Keep tier 2 only where it measured faster than tier 1 (:data:`MEASURE`).

@@ -15,7 +15,10 @@ caller), so they are neither copied in nor out (:func:`.storage.place_outside`).
 Instructions operate on sliced views of the pool (``buf[o:o + n]``), never on
 ``buf[o + j]`` index arithmetic, which blocks vectorisation (DESIGN-NOTES point 4).
 A LOOP instruction repeats the instructions up to its ENDLOOP ``count`` times (loops
-nest), so ``fori_loop``, ``scan`` and re-rolled Python loops run without Python.
+nest), so ``fori_loop``, ``scan`` and re-rolled Python loops run without Python. A
+STRIP instruction runs a chain of elementwise instructions up to its ENDSTRIP over
+strips of ``k`` elements of their ``n`` (:mod:`.strips`), so a chain's intermediates
+stay in cache; strips do not nest and hold no loop.
 
 The elementwise opcodes are generated from the scalar expressions of
 :mod:`nbgrad.kernels.elementwise` (the eager kernels' single source of truth): hot
@@ -51,9 +54,13 @@ from ...kernels.elementwise import (
     scalar_cpu,
 )
 
-WIDTH = 16
+WIDTH = 17
 (F_OP, F_O, F_A, F_B, F_C, F_SO, F_SA, F_SB, F_SC, F_N, F_M, F_K, F_P, F_F, F_G,
- F_H) = range(WIDTH)
+ F_H, F_T) = range(WIDTH)
+#: bits of an instruction's ``F_T`` field inside a STRIP block (:mod:`.strips`): which
+#: operands move by the strip's offset (``T_O`` ... ``T_C``; the others are scratch or
+#: scalars), and ``T_N``: the instruction runs over the strip's length, not ``F_N``
+T_O, T_A, T_B, T_C, T_N = 1, 2, 4, 8, 16
 
 # Which scalar operations get which loop is declared with each ScalarOp (its ``tape``):
 #: unary operations with a dedicated loop (the rest use the generic one)
@@ -88,8 +95,10 @@ OP_UGEN = 6
 OP_BGEN = 7
 OP_TGEN = 8
 OP_SUM = 9
+OP_STRIP = 10
 OP_MATMUL = 11
 OP_STRIDED = 12
+OP_ENDSTRIP = 13
 OP_GATHER = 14
 OP_SCATTER_ADD = 15
 OP_FIRST_HOT = 32
@@ -113,7 +122,7 @@ SCALAR_OPS: dict[int, dict[str, ScalarOp]] = {1: GENERIC_UNARY, 2: GENERIC_BINAR
 OP_NAMES = {OP_LOOP: "LOOP", OP_ENDLOOP: "ENDLOOP", OP_SETITER: "SETITER", OP_FILL: "FILL",
             OP_COPY: "COPY", OP_UGEN: "UNARY", OP_BGEN: "BINARY", OP_TGEN: "TERNARY",
             OP_SUM: "SUM", OP_MATMUL: "MATMUL", OP_STRIDED: "STRIDED", OP_GATHER: "GATHER",
-            OP_SCATTER_ADD: "SCATTER_ADD"}
+            OP_SCATTER_ADD: "SCATTER_ADD", OP_STRIP: "STRIP", OP_ENDSTRIP: "ENDSTRIP"}
 OP_NAMES.update({code: name.upper() for name, code in UNARY_CODE.items()})
 OP_NAMES.update({code: name.upper() for name, code in BINARY_CODE.items()})
 
@@ -147,9 +156,26 @@ def run(ins, start, stop, buf, fp, ia, ext):
     loop_n = np.zeros({depth}, np.int64)
     sp = -1
     it = 0
+    so = 0   # the strip's offset
+    sl = 0   # the strip's length
+    spc = 0  # the pc of the STRIP
     pc = start
     while pc < stop:
         op = ins[pc, 0]
+        if op == {STRIP}:
+            spc = pc
+            so = 0
+            sl = min(ins[pc, 11], ins[pc, 9])
+            pc += 1
+            continue
+        if op == {ENDSTRIP}:
+            so += ins[spc, 11]
+            if so < ins[spc, 9]:
+                sl = min(ins[spc, 11], ins[spc, 9] - so)
+                pc = spc + 1
+            else:
+                pc += 1
+            continue
         if op == {LOOP}:
             if ins[pc, 9] <= 0:
                 pc = ins[pc, 10] + 1
@@ -183,6 +209,7 @@ def run(ins, start, stop, buf, fp, ia, ext):
         f = ins[pc, 13]
         g = ins[pc, 14]
         h = ins[pc, 15]
+        t = ins[pc, 16]
         pc += 1
         O = buf
         A = buf
@@ -200,6 +227,16 @@ def run(ins, start, stop, buf, fp, ia, ext):
         if oc >= {SLOT}:
             C = view_at(ext, oc >> {SHIFT}, buf)
             oc = oc & {MASK}
+        if t != 0:
+            if t & 1:
+                oo += so
+            if t & 2:
+                oa += so
+            if t & 4:
+                ob += so
+            if t & 8:
+                oc += so
+            n = sl
 '''
 
 _UNARY_HOT = '''        elif op == {code}:  # {name}
@@ -414,7 +451,8 @@ def source() -> str:
     consts = dict(LOOP=OP_LOOP, ENDLOOP=OP_ENDLOOP, SETITER=OP_SETITER, FILL=OP_FILL,
                   COPY=OP_COPY, UGEN=OP_UGEN, BGEN=OP_BGEN, TGEN=OP_TGEN, SUM=OP_SUM,
                   MATMUL=OP_MATMUL, STRIDED=OP_STRIDED, GATHER=OP_GATHER,
-                  SCATTER_ADD=OP_SCATTER_ADD, depth=MAX_DEPTH, SLOT=SLOT,
+                  SCATTER_ADD=OP_SCATTER_ADD, STRIP=OP_STRIP, ENDSTRIP=OP_ENDSTRIP,
+                  depth=MAX_DEPTH, SLOT=SLOT,
                   SHIFT=SLOT_SHIFT, MASK=SLOT - 1)
     parts.append(_RUN_HEAD.format(**consts))
     first = True

@@ -54,7 +54,7 @@ class Loc:
 
 class Instr:
     __slots__ = ("op", "o", "a", "b", "c", "n", "m", "k", "fp", "ia", "f", "g", "h", "pos",
-                 "node", "reads", "writes", "inplace", "text", "target")
+                 "node", "reads", "writes", "inplace", "text", "target", "strip")
 
     def __init__(self, op: int, o: Loc | None = None, a: Loc | None = None,
                  b: Loc | None = None, c: Loc | None = None, n: int = 0, m: int = 0,
@@ -72,7 +72,8 @@ class Instr:
         self.writes: list[Loc] = [o] if o is not None else []
         self.inplace = False
         self.text = text
-        self.target = None  # LOOP/ENDLOOP partner
+        self.target = None  # LOOP/ENDLOOP (STRIP/ENDSTRIP) partner
+        self.strip = 0  # inside a STRIP block: its F_T bits (see .strips)
 
 
 EAGER = -1  # pseudo opcode of an eager step

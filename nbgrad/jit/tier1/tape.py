@@ -18,6 +18,7 @@ from ..trace.pythonop import RunPlan, run_node, run_plan
 from . import interpreter as I
 from .operands import EagerStep, Instr, Loc
 from .storage import _assign, place_outside
+from .strips import strip_chains
 
 if TYPE_CHECKING:
     from .lowering import Lowering
@@ -41,6 +42,7 @@ class TapeExecutable(Executable):
         #: per input and output: its slot (an array outside the pool), or 0
         self.in_slots, self.out_slots = place_outside(lw.code, graph, in_locs, out_locs,
                                                       self.dtype)
+        lw.code = strip_chains(lw.code, {id(st) for st in inputs_st + outputs_st})
         slots = sum(1 for s in self.in_slots + self.out_slots if s)
         #: the ``ext`` table of the interpreter: per slot (address, length)
         self.ext = np.zeros((slots + 1, 2), np.int64)
@@ -86,6 +88,7 @@ class TapeExecutable(Executable):
                     row[sfield] = loc.stride
             row[I.F_N], row[I.F_M], row[I.F_K] = item.n, item.m, item.k
             row[I.F_F], row[I.F_G], row[I.F_H] = item.f, item.g, item.h
+            row[I.F_T] = item.strip
             if item.fp:
                 row[I.F_P] = len(fp)
                 fp.extend(item.fp)
@@ -100,9 +103,7 @@ class TapeExecutable(Executable):
         if len(rows) > seg_start:
             steps.append(("native", seg_start, len(rows)))
         for item in code:
-            if isinstance(item, Instr) and item.op == I.OP_LOOP:
-                rows[item.pos][I.F_M] = item.target.pos
-            elif isinstance(item, Instr) and item.op == I.OP_ENDLOOP:
+            if isinstance(item, Instr) and item.target is not None:  # LOOP, STRIP, ENDs
                 rows[item.pos][I.F_M] = item.target.pos
         self.ins = np.array(rows, np.int64).reshape(-1, I.WIDTH)
         self.fp = np.array(fp, np.float64)
@@ -242,24 +243,31 @@ class TapeExecutable(Executable):
                 row = self.ins[pc]
                 op = int(row[I.F_OP])
                 name = I.OP_NAMES.get(op, str(op))
-                if op == I.OP_ENDLOOP:
+                if op in (I.OP_ENDLOOP, I.OP_ENDSTRIP):
                     depth -= 1
                 pad = "  " * depth
                 if op == I.OP_LOOP:
                     lines.append(f"  {pc:5d} {pad}LOOP x{row[I.F_N]} (to {row[I.F_M]})")
                     depth += 1
                     continue
-                if op == I.OP_ENDLOOP:
-                    lines.append(f"  {pc:5d} {pad}ENDLOOP")
+                if op == I.OP_STRIP:
+                    lines.append(f"  {pc:5d} {pad}STRIP {row[I.F_N]} by {row[I.F_K]} "
+                                 f"(to {row[I.F_M]})")
+                    depth += 1
+                    continue
+                if op in (I.OP_ENDLOOP, I.OP_ENDSTRIP):
+                    lines.append(f"  {pc:5d} {pad}{I.OP_NAMES[op]}")
                     continue
                 ops = []
-                for label, f, s in (("o", I.F_O, I.F_SO), ("a", I.F_A, I.F_SA),
-                                    ("b", I.F_B, I.F_SB), ("c", I.F_C, I.F_SC)):
+                for label, f, s, bit in (("o", I.F_O, I.F_SO, I.T_O), ("a", I.F_A, I.F_SA, I.T_A),
+                                         ("b", I.F_B, I.F_SB, I.T_B),
+                                         ("c", I.F_C, I.F_SC, I.T_C)):
                     if row[f] or row[s] or label in ("o",):
                         at = int(row[f])  # a slot's operand: slot and offset
                         where = f"s{at >> I.SLOT_SHIFT}:{at & (I.SLOT - 1)}" if at >= I.SLOT \
                             else str(at)
-                        ops.append(f"{label}=@{where}" + (f"+{row[s]}i" if row[s] else ""))
+                        ops.append(f"{label}=@{where}" + (f"+{row[s]}i" if row[s] else "")
+                                   + ("+s" if row[I.F_T] & bit else ""))
                 sub = ""
                 if op == I.OP_UGEN:
                     sub = _name_of(I.UNARY_SUB, row[I.F_K])

@@ -14,7 +14,10 @@ inside the jit, traced from eager's backward or, where the traced forward re-rol
 the re-rolled forward (:mod:`nbgrad.jit.trace.traced_grad`, also forced on the fuzzer's
 small programs), against eager's loss and gradients, unreached leaves' zeros included),
 ``blocked`` (tier 2 with every region it can block written as a loop over small blocks,
-the code that runs arrays of ``nbgrad.kernels.parallel.MIN_SIZE`` elements and more). Every jitted
+the code that runs arrays of ``nbgrad.kernels.parallel.MIN_SIZE`` elements and more),
+``strips`` (tier 1 with every chain of elementwise instructions it can strip run over
+strips of a few elements, the code that runs chains over arrays of
+``nbgrad.jit.tier1.strips.MIN_ELEMENTS`` and more). Every jitted
 function is called :data:`CALLS` times (the first call may take another path than later
 ones), the last time on slightly moved inputs; values, output dtypes and gradients must
 match eager each time.
@@ -46,7 +49,7 @@ from ... import functional, jit
 from ...batching import vmap
 from ...errors import TracerError
 from ...jit import program as tiers
-from ...jit.tier1 import interpreter
+from ...jit.tier1 import interpreter, strips
 from ...jit.trace import traced_grad
 from ...kernels import parallel
 from ...tensor import Tensor
@@ -68,13 +71,19 @@ EXECUTORS = ("eager", "fd", "jvp", "vmap", "reference", "interpret", "compile", 
 #: executors run only when named: ``grad`` differentiates inside the jit
 #: (:func:`grad_in_jit`); ``blocked`` is tier 2 with every fused region that can
 #: be written as a loop over blocks written so (:func:`blocked_everywhere`); ``cuda`` is
-#: eager and jit on CUDA tensors (:mod:`.on_device`)
-EXTRA_EXECUTORS = ("grad", "blocked", "cuda")
+#: eager and jit on CUDA tensors (:mod:`.on_device`); ``strips`` is tier 1 with every
+#: chain it can strip run over strips of a few elements (:func:`strips_everywhere`)
+EXTRA_EXECUTORS = ("grad", "blocked", "strips", "cuda")
 #: executors on another device, by name: ``run(program, refs) -> (mismatches, whether
 #: fused device kernels ran)``; :mod:`.on_device` registers ``cuda``
 DEVICE_RUNS: dict[str, Callable[[Program, list[Result]], tuple[list[Mismatch], bool]]] = {}
 #: rows per block under ``blocked``, by seed: whole and ragged last blocks, one row each
 BLOCK_SIZES = (1, 2, 3, 5, 8)
+#: elements per strip under ``strips``, by seed: whole and ragged last strips
+STRIP_SIZES = (1, 2, 3, 7)
+#: the jit mode each executor of the jit runs in
+MODES = {"reference": "reference", "interpret": "interpret", "compile": "compile",
+         "auto": "auto", "blocked": "compile", "strips": "interpret"}
 #: calls of each jitted function (the first traces; later ones run the compiled graph)
 CALLS = 3
 #: how far the inputs of the last call move (well inside the generator's GAP)
@@ -111,9 +120,7 @@ class Mismatch:
 
     def report(self) -> str:
         """The headline and a reproducer: the program as nbgrad code and as a Program."""
-        mode = {"reference": "reference", "interpret": "interpret", "compile": "compile",
-                "auto": "auto",
-                "blocked": "compile"}.get(self.executor)
+        mode = MODES.get(self.executor)
         lines = [self.headline(), "", "# reproducer", to_source(self.program)]
         if self.shrunk_from:
             lines[2] += (f" (shrunk from the {self.shrunk_from} nodes of seed "
@@ -126,6 +133,10 @@ class Mismatch:
                 rows = BLOCK_SIZES[self.program.seed % len(BLOCK_SIZES)]
                 lines += ["from nbgrad.kernels import parallel  # every region blocked",
                           f"parallel.MIN_SIZE, parallel.BLOCK = 1, {rows}"]
+            if self.executor == "strips":
+                size = STRIP_SIZES[self.program.seed % len(STRIP_SIZES)]
+                lines += ["from nbgrad.jit.tier1 import strips  # every chain stripped",
+                          f"strips.MIN_ELEMENTS, strips.STRIP = 1, {size}"]
             lines += ["nb.jit.set_promotion_check(False)",
                       f"jf = nb.jit(f, mode={mode!r}){promote}",
                       f"for call in range({CALLS}):",
@@ -534,13 +545,29 @@ def blocked_everywhere(elements: int) -> Iterator[None]:
         parallel.MIN_SIZE, parallel.BLOCK = saved
 
 
+@contextlib.contextmanager
+def strips_everywhere(elements: int) -> Iterator[None]:
+    """Tier 1 runs every chain it can strip over strips of ``elements`` elements
+    (:mod:`nbgrad.jit.tier1.strips`), as it does for chains over arrays of
+    :data:`~nbgrad.jit.tier1.strips.MIN_ELEMENTS` elements and more; restored after."""
+    saved = strips.MIN_ELEMENTS, strips.STRIP
+    strips.MIN_ELEMENTS, strips.STRIP = 1, elements
+    try:
+        yield
+    finally:
+        strips.MIN_ELEMENTS, strips.STRIP = saved
+
+
 def run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor: str
             ) -> tuple[list[Mismatch], bool]:
     """The programs in one jitted function under ``executor``; (mismatches, whether tier
     2 ran: for ``auto``, whether the promotion happened; for ``blocked``, whether it
-    wrote a region as a loop over blocks)."""
+    wrote a region as a loop over blocks; for ``strips``, whether a tape ran a strip)."""
     if executor == "blocked":
         with blocked_everywhere(BLOCK_SIZES[programs[0].seed % len(BLOCK_SIZES)]):
+            return _run_jit(programs, refs, executor)
+    if executor == "strips":
+        with strips_everywhere(STRIP_SIZES[programs[0].seed % len(STRIP_SIZES)]):
             return _run_jit(programs, refs, executor)
     return _run_jit(programs, refs, executor)
 
@@ -548,7 +575,7 @@ def run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor:
 def _run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor: str
              ) -> tuple[list[Mismatch], bool]:
     fn = batch_function(programs)
-    jitted = jit(fn, mode="compile" if executor == "blocked" else executor)
+    jitted = jit(fn, mode=MODES[executor])
     found: list[Mismatch] = []
     call = 0
     with warnings.catch_warnings():
@@ -580,7 +607,7 @@ def _run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor
                 found += overwritten(kept, lambda got, call: [
                     m for g, ref, p in zip(got, refs, programs, strict=True)
                     for m in _compare(g, ref[call - 1], p, executor, CALLS)])
-            if not found and executor in ("interpret", "compile", "blocked") and all(
+            if not found and executor in ("interpret", "strips", "compile", "blocked") and all(
                     len(ref) > CALLS and ref[CALLS] is not None for ref in refs):
                 call = SPECIAL_CALL
                 got, arrays = _special_run(jitted, programs)
@@ -593,6 +620,10 @@ def _run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor
         tier2 = tier2 and any(getattr(getattr(x, "inner", x), "stats", {}).get("blocked")
                               for e in jitted._cache.values()
                               for x in e.program.executables().values())
+    if executor == "strips":  # whether a tape ran a STRIP block
+        tapes = [getattr(x, "inner", x) for e in jitted._cache.values()
+                 for x in e.program.executables().values()]
+        tier2 = any(interpreter.OP_STRIP in t.ins[:, 0] for t in tapes if hasattr(t, "ins"))
     return found, tier2
 
 
@@ -691,10 +722,13 @@ def _check_one(p: Program, executors: Sequence[str], stats: dict, found: list[Mi
         bad = vmapped(p, refs)
         _count(stats, "vmap" if bad is not None else "vmap refused")
         found += bad or []
-    for executor in ("reference", "interpret"):
+    for executor in ("reference", "interpret", "strips"):
         if executor in executors:
             _count(stats, executor)
-            found += run_jit([p], [refs], executor)[0]
+            bad, stripped = run_jit([p], [refs], executor)
+            found += bad
+            if executor == "strips" and stripped:
+                _count(stats, "strips on strips")
     if "grad" in executors:
         _count(stats, "grad")
         found += grad_in_jit(p, refs, stats)

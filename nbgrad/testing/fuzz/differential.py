@@ -15,9 +15,8 @@ the re-rolled forward (:mod:`nbgrad.jit.trace.traced_grad`, also forced on the f
 small programs), against eager's loss and gradients, unreached leaves' zeros included),
 ``blocked`` (tier 2 with every region it can block written as a loop over small blocks,
 the code that runs arrays of ``nbgrad.kernels.parallel.MIN_SIZE`` elements and more),
-``strips`` (tier 1 with every chain of elementwise instructions it can strip run over
-strips of a few elements, the code that runs chains over arrays of
-``nbgrad.jit.tier1.strips.MIN_ELEMENTS`` and more). Every jitted
+``strips`` (tier 1 as it runs large arrays: every chain of elementwise instructions it
+can strip run over strips of a few elements, every input and output it can in a slot). Every jitted
 function is called :data:`CALLS` times (the first call may take another path than later
 ones), the last time on slightly moved inputs; values, output dtypes and gradients must
 match eager each time.
@@ -49,7 +48,7 @@ from ... import functional, jit
 from ...batching import vmap
 from ...errors import TracerError
 from ...jit import program as tiers
-from ...jit.tier1 import interpreter, strips
+from ...jit.tier1 import interpreter, storage, strips
 from ...jit.trace import traced_grad
 from ...kernels import parallel
 from ...tensor import Tensor
@@ -71,8 +70,8 @@ EXECUTORS = ("eager", "fd", "jvp", "vmap", "reference", "interpret", "compile", 
 #: executors run only when named: ``grad`` differentiates inside the jit
 #: (:func:`grad_in_jit`); ``blocked`` is tier 2 with every fused region that can
 #: be written as a loop over blocks written so (:func:`blocked_everywhere`); ``cuda`` is
-#: eager and jit on CUDA tensors (:mod:`.on_device`); ``strips`` is tier 1 with every
-#: chain it can strip run over strips of a few elements (:func:`strips_everywhere`)
+#: eager and jit on CUDA tensors (:mod:`.on_device`); ``strips`` is tier 1 as it runs
+#: large arrays, in strips of a few elements and slots (:func:`strips_everywhere`)
 EXTRA_EXECUTORS = ("grad", "blocked", "strips", "cuda")
 #: executors on another device, by name: ``run(program, refs) -> (mismatches, whether
 #: fused device kernels ran)``; :mod:`.on_device` registers ``cuda``
@@ -135,8 +134,9 @@ class Mismatch:
                           f"parallel.MIN_SIZE, parallel.BLOCK = 1, {rows}"]
             if self.executor == "strips":
                 size = STRIP_SIZES[self.program.seed % len(STRIP_SIZES)]
-                lines += ["from nbgrad.jit.tier1 import strips  # every chain stripped",
-                          f"strips.MIN_ELEMENTS, strips.STRIP = 1, {size}"]
+                lines += ["from nbgrad.jit.tier1 import storage, strips  # as large arrays",
+                          f"strips.MIN_ELEMENTS, strips.STRIP = 1, {size}",
+                          "storage.OUTSIDE_MIN = 1"]
             lines += ["nb.jit.set_promotion_check(False)",
                       f"jf = nb.jit(f, mode={mode!r}){promote}",
                       f"for call in range({CALLS}):",
@@ -547,15 +547,17 @@ def blocked_everywhere(elements: int) -> Iterator[None]:
 
 @contextlib.contextmanager
 def strips_everywhere(elements: int) -> Iterator[None]:
-    """Tier 1 runs every chain it can strip over strips of ``elements`` elements
-    (:mod:`nbgrad.jit.tier1.strips`), as it does for chains over arrays of
-    :data:`~nbgrad.jit.tier1.strips.MIN_ELEMENTS` elements and more; restored after."""
-    saved = strips.MIN_ELEMENTS, strips.STRIP
-    strips.MIN_ELEMENTS, strips.STRIP = 1, elements
+    """Tier 1 runs as it runs large arrays: every chain it can strip over strips of
+    ``elements`` elements (:mod:`nbgrad.jit.tier1.strips`, for chains over
+    :data:`~nbgrad.jit.tier1.strips.MIN_ELEMENTS` elements and more), every input and
+    output it can in a slot (:func:`nbgrad.jit.tier1.storage.place_outside`, for
+    :data:`~nbgrad.jit.tier1.storage.OUTSIDE_MIN` elements and more); restored after."""
+    saved = strips.MIN_ELEMENTS, strips.STRIP, storage.OUTSIDE_MIN
+    strips.MIN_ELEMENTS, strips.STRIP, storage.OUTSIDE_MIN = 1, elements, 1
     try:
         yield
     finally:
-        strips.MIN_ELEMENTS, strips.STRIP = saved
+        strips.MIN_ELEMENTS, strips.STRIP, storage.OUTSIDE_MIN = saved
 
 
 def run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor: str

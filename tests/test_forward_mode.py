@@ -303,3 +303,38 @@ def test_jvp_of_a_jitted_function_and_of_vmap_closures():
     np.testing.assert_allclose(got, np.diag(2 * np.cos(x3.numpy())), rtol=1e-14, atol=1e-15)
     _, got = nb.jvp(lambda x: nb.vmap(lambda e: (x.detach() * e).sum())(E), (x3,), (x3,))
     np.testing.assert_array_equal(got.numpy(), np.zeros(3))  # detach stops tangents
+
+
+# ------------------------------------------------------------------ symbolic zeros
+ZERO_DERIVATIVE = sorted(name for name, op in REGISTRY.items()
+                         if op.entry is not None and op.entry.zero_derivative)
+
+
+def test_the_zero_derivative_ops_are_the_rounding_ones():
+    assert {"floor", "ceil", "round", "trunc", "sign"} <= set(ZERO_DERIVATIVE)
+    assert "hypot" not in ZERO_DERIVATIVE and "abs" not in ZERO_DERIVATIVE
+
+
+@pytest.mark.parametrize("name", ZERO_DERIVATIVE)
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_zero_derivative_gives_no_tangent_to_turn_into_nan(name, jit):
+    """Fuzz seed 32150: ``hypot(floor(x), floor(x))`` at ``floor(x) == 0``. Forward mode
+    had pushed floor's zero tangent into hypot's ``(a a_t + b b_t) / result``, 0/0, and
+    gave NaN where reverse mode (floor's backward zeros hypot's NaN) and JAX (a symbolic
+    zero) give 0."""
+    op = getattr(nb, name)
+    x = nb.tensor(np.array([0.25, 0.4, 0.1]))  # rounded: 0 (sign and ceil: 1)
+    shift = 1.0 if name in ("sign", "ceil") else 0.0
+
+    def f(t):
+        r = op(t) - shift
+        return nb.hypot(r, r).sum()
+
+    jvp = nb.jit(lambda t, v: nb.jvp(f, [t], [v])) if jit else \
+        (lambda t, v: nb.jvp(f, [t], [v]))
+    value, tangent = jvp(x, nb.tensor(np.ones(3)))
+    assert value.item() == 0.0 and tangent.item() == 0.0
+    np.testing.assert_array_equal(nb.grad(f)(x).numpy(), 0.0)
+    # the op's own output still gets its (zero) tangent where jvp returns it
+    _, t_out = nb.jvp(lambda t: op(t) * 2.0, [x], [nb.tensor(np.ones(3))])
+    np.testing.assert_array_equal(t_out.numpy(), np.zeros(3))

@@ -188,8 +188,8 @@ def has_tangent(tensors) -> bool:
 def push_tangents(op: OpDef, args: tuple, outputs: list[Tensor]) -> None:
     """Compute the tangents of ``outputs`` at every open level (dispatch's forward hook)."""
     levels = STATE.active
-    if not levels or not op.differentiable:
-        return
+    if not levels or not op.differentiable or op.entry.zero_derivative:
+        return  # a zero derivative: no tangent (a symbolic zero)
     for depth in range(len(levels)):  # outermost first: inner rules read its tangents
         level = levels[depth]
         tangents = _input_tangents(op, args, level)

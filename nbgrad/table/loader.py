@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import yaml
@@ -38,6 +39,16 @@ class Entry:
     @property
     def name(self) -> str:
         return self.schema.name
+
+    @cached_property
+    def zero_derivative(self) -> bool:
+        """Every formula is ``zeros_like(grad)`` and no forward one is given (floor, sign,
+        round...): the derivative is zero wherever there is one, so forward mode gives
+        the outputs no tangent, a symbolic zero as JAX's ``defjvp_zero`` (a materialised
+        zero tangent turned into NaN at a later op's singular point, ``hypot(0, 0)``,
+        where reverse mode gives 0)."""
+        return bool(self.formulas) and self.forward is None and all(
+            f.text.replace(" ", "") == "zeros_like(grad)" for f in self.formulas.values())
 
     @property
     def saved_values(self) -> frozenset[str]:

@@ -338,3 +338,34 @@ def test_a_zero_derivative_gives_no_tangent_to_turn_into_nan(name, jit):
     # the op's own output still gets its (zero) tangent where jvp returns it
     _, t_out = nb.jvp(lambda t: op(t) * 2.0, [x], [nb.tensor(np.ones(3))])
     np.testing.assert_array_equal(t_out.numpy(), np.zeros(3))
+
+
+@pytest.mark.parametrize("mode", ["eager", "interpret", "compile"])
+def test_hypot_at_the_apex_has_gradient_zero_in_both_modes(mode):
+    """Fuzz seed 38890: ``hypot(m, m)`` with ``m = masked_fill(x, mask, 0)``. hypot's
+    ``grad * self / result`` is 0/0 at (0, 0): reverse mode's masked_fill zeroed the NaN,
+    forward mode's materialised zero tangents met it. The gradient is now 0 where hypot
+    is 0, as ``norm``'s (and what central differences give at the cone's apex)."""
+    x = nb.tensor(np.array([0.0, 3.0, -0.0]))
+    y = nb.tensor(np.array([0.0, 4.0, 0.0]))
+
+    def f(a, b):
+        return nb.hypot(a, b).sum()
+
+    grad = nb.grad(f, argnums=(0, 1))
+    jvp = lambda a, b: nb.jvp(f, [a, b], [nb.tensor(np.ones(3)), nb.tensor(np.ones(3))])[1]  # noqa: E731
+    if mode != "eager":
+        grad, jvp = nb.jit(grad, mode=mode), nb.jit(jvp, mode=mode)
+    ga, gb = grad(x, y)
+    np.testing.assert_array_equal(ga.numpy(), [0.0, 0.6, 0.0])
+    np.testing.assert_array_equal(gb.numpy(), [0.0, 0.8, 0.0])
+    assert jvp(x, y).item() == pytest.approx(1.4)
+    eps = 1e-7
+    fd = (f(x + eps, y).item() - f(x - eps, y).item()) / (2 * eps)
+    assert fd == pytest.approx(0.6, abs=1e-6)  # the apex's central difference is 0
+
+    m = nb.masked_fill(nb.tensor(np.array([[0.57]])), nb.tensor(np.array([[True]])), 0.0)
+    _, t = nb.jvp(lambda v: nb.hypot(nb.masked_fill(v, nb.tensor(np.array([[True]])), 0.0),
+                                     m).sum(), [nb.tensor(np.array([[0.57]]))],
+                  [nb.tensor(np.ones((1, 1)))])
+    assert t.item() == 0.0

@@ -33,8 +33,9 @@ def _executors(text: str) -> tuple[str, ...]:
               "(after promotion), grad (jit(value_and_grad(loss)) in tier 1, the re-rolled "
               "forward's gradient also forced on small graphs), blocked (tier 2 with every "
               "region it can block as a "
-              "loop over small blocks), strips (tier 1 with every chain of elementwise "
-              "instructions it can strip run over strips of a few elements), cuda (eager "
+              "loop over small blocks), strips (tier 1 as for large arrays: chains of "
+              "elementwise instructions in strips of a few elements, inputs and outputs "
+              "in slots), cuda (eager "
               "and jit on CUDA tensors; under Numba's CUDA simulator where no GPU is "
               "visible).")
 @click.option("--max-steps", type=click.IntRange(min=1, max=12), default=4,

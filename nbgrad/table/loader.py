@@ -45,8 +45,8 @@ class Entry:
         """Every formula is ``zeros_like(grad)`` and no forward one is given (floor, sign,
         round...): the derivative is zero wherever there is one, so forward mode gives
         the outputs no tangent, a symbolic zero as JAX's ``defjvp_zero`` (a materialised
-        zero tangent turned into NaN at a later op's singular point, ``hypot(0, 0)``,
-        where reverse mode gives 0)."""
+        zero tangent turned into NaN at a later op's singular point, ``sqrt(0)``, where
+        reverse mode gives 0)."""
         return bool(self.formulas) and self.forward is None and all(
             f.text.replace(" ", "") == "zeros_like(grad)" for f in self.formulas.values())
 

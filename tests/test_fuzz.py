@@ -379,6 +379,22 @@ def test_executors_are_the_documented_ones():
 
 
 # ------------------------------------------------------------------ plain regressions
+@pytest.mark.parametrize("mode", ["interpret", "compile"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_sum_over_no_dims_turns_negative_zero_positive_in_every_tier(mode, dtype):
+    """Fuzz seed 77517 (``--max-steps 8``): both tiers took the sum (or mean) of a 0-d
+    tensor as the tensor itself, so ``1 / sum(-0.0)`` was ``-inf``; eager's sum starts
+    from 0, as NumPy's and PyTorch's do, and gives ``+inf``."""
+    x = nb.tensor(np.array(-0.0, dtype))
+    for reduce in (nb.sum, nb.mean):
+        f = nb.jit(lambda t, reduce=reduce: 1.0 / reduce(t), mode=mode)
+        for _ in range(3):
+            got = f(x).item()
+        assert got == (1.0 / reduce(x)).item() == np.inf
+    n = nb.tensor(np.array(-3, np.int64))  # integers stay as they are
+    assert nb.jit(lambda t: nb.sum(t), mode=mode)(n).item() == -3
+
+
 def test_sum_of_0d_tensor_over_dim_0_backpropagates():
     x = nb.tensor(2.0, requires_grad=True)
     for reduce in (lambda t: nb.sum(t, 0), lambda t: nb.mean(t, -1), lambda t: nb.prod(t, 0),

@@ -229,14 +229,21 @@ def _reduce_dims(shape: tuple[int, ...], dims: tuple[int, ...]):
 
 
 def _reduction(lw: Lowering, node: Node, kind: Reduction) -> None:
-    """A sum (or mean) over ``kind.dims``; over no dims the output is the input."""
+    """A sum (or mean) over ``kind.dims``; over no dims the output is the input (a float
+    input plus 0.0, as eager's sum starts from 0: ``-0.0`` sums to ``+0.0``)."""
     if len(node.inputs) != 1 or len(node.outputs) != 1:
         raise Unsupported(node.op)
     x = node.inputs[0]
     y = node.outputs[0]
     dims = tuple(kind.dims(node.attrs, x.shape))
     if not dims and y.dtype == x.dtype and y.size == x.size:
-        lw.bind(y, lw.get(x))
+        if x.dtype.kind not in "fc":
+            lw.bind(y, lw.get(x))
+            return
+        if x.dtype != lw.dtype:
+            raise Unsupported(node.op)
+        lw.emit(Instr(I.OP_SUM, o=lw.out(y), a=lw.get(x), n=x.size, m=1, k=1,
+                      f=1 if kind.mean else 0, text="mean" if kind.mean else "sum"))
         return
     if x.dtype != lw.dtype or y.dtype != lw.dtype:  # e.g. sum's dtype=
         raise Unsupported(node.op)

@@ -437,14 +437,16 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
             return cast(acc, acc_dt, out.dtype)
 
         if nd == 0 or not red.reduced:
-            # nothing summed: the value itself (per element)
+            # nothing summed: the value itself (per element); a float plus 0.0, as
+            # eager's sum starts from 0 (-0.0 sums to +0.0)
+            one = f"({val} + 0.0)" if src_dt.kind in "fc" else val
             if out.shape == ():
                 s = self.define_scalar(out, scope)
-                code[nd].append(f"{s.name} = {finish(val)}  # {comment}")
+                code[nd].append(f"{s.name} = {finish(one)}  # {comment}")
             else:
                 s = self.store_array(out, scope)
                 idx = ", ".join("0" if d is None else f"i{d}" for d in red.out_dims)
-                code[nd].append(f"{s.name}[{idx}] = {finish(val)}  # {comment}")
+                code[nd].append(f"{s.name}[{idx}] = {finish(one)}  # {comment}")
             return []
         suffix = all(r > k for r in red.reduced for k in kept)
         if suffix:

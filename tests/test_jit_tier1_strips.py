@@ -25,18 +25,16 @@ def _tapes(f) -> list[TapeExecutable]:
 def _run(fn, arrays, strip: int | None, calls: int = 2):
     """``fn`` jitted on tier 1 (``strip``: elements per strip for every chain; None: no
     strips); (its value and gradients on the last call, its tapes)."""
-    saved = strips.MIN_ELEMENTS, strips.STRIP
-    if strip is None:
-        strips.MIN_ELEMENTS = 1 << 62
-    else:
-        strips.MIN_ELEMENTS, strips.STRIP = 1, strip
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        if strip is None:
+            mp.setattr(strips, "MIN_ELEMENTS", 1 << 62)
+        else:
+            mp.setattr(strips, "MIN_ELEMENTS", 1)
+            mp.setattr(strips, "STRIP", strip)
         f = nb.jit(nb.value_and_grad(fn, argnums=tuple(range(len(arrays)))),
                    mode="interpret")
         for _ in range(calls):
             value, grads = f(*[nb.tensor(a) for a in arrays])
-    finally:
-        strips.MIN_ELEMENTS, strips.STRIP = saved
     return [value.numpy()] + [g.numpy() for g in grads], _tapes(f)
 
 
@@ -97,26 +95,23 @@ def _instr(op, o, a, b=None, n=4, f=0):
     return Instr(op, o=o, a=a, b=b, n=n, m=1, f=f)
 
 
-def test_a_chain_reading_what_it_writes_at_another_offset_is_left_alone():
+def test_a_chain_reading_what_it_writes_at_another_offset_is_left_alone(monkeypatch):
     mul, add = I.BINARY_CODE["mul"], I.BINARY_CODE["add"]
     x, s, two = Storage(4), Storage(8), Storage(1)
     # s[0:4] = x * 2; t = s[1:5] + x: strip order would read s[2] before writing it
     first = _instr(mul, Loc(s), Loc(x), Loc(two), f=1)
     second = _instr(add, Loc(Storage(4)), Loc(s, 1), Loc(x))
-    strips_saved = strips.MIN_ELEMENTS, strips.STRIP
-    strips.MIN_ELEMENTS, strips.STRIP = 1, 2
-    try:
-        assert not strips._safe([first, second])
-        assert strips.strip_chains([first, second], set()) == [first, second]
-        # read at one offset only, the same chain is stripped
-        second.a = second.reads[0] = Loc(s)
-        assert strips._safe([first, second])
-        assert strips.strip_chains([first, second], set())[0].op == I.OP_STRIP
-        # a scalar operand written inside the chain: left alone
-        third = _instr(add, Loc(Storage(4)), Loc(x), Loc(s), f=1)
-        assert not strips._safe([first, third])
-    finally:
-        strips.MIN_ELEMENTS, strips.STRIP = strips_saved
+    monkeypatch.setattr(strips, "MIN_ELEMENTS", 1)
+    monkeypatch.setattr(strips, "STRIP", 2)
+    assert not strips._safe([first, second])
+    assert strips.strip_chains([first, second], set()) == [first, second]
+    # read at one offset only, the same chain is stripped
+    second.a = second.reads[0] = Loc(s)
+    assert strips._safe([first, second])
+    assert strips.strip_chains([first, second], set())[0].op == I.OP_STRIP
+    # a scalar operand written inside the chain: left alone
+    third = _instr(add, Loc(Storage(4)), Loc(x), Loc(s), f=1)
+    assert not strips._safe([first, third])
 
 
 def test_the_strips_executor_fuzzes_stripped_tapes():

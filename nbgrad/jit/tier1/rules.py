@@ -236,14 +236,8 @@ def _reduction(lw: Lowering, node: Node, kind: Reduction) -> None:
     x = node.inputs[0]
     y = node.outputs[0]
     dims = tuple(kind.dims(node.attrs, x.shape))
-    if not dims and y.dtype == x.dtype and y.size == x.size:
-        if x.dtype.kind not in "fc":
-            lw.bind(y, lw.get(x))
-            return
-        if x.dtype != lw.dtype:
-            raise Unsupported(node.op)
-        lw.emit(Instr(I.OP_SUM, o=lw.out(y), a=lw.get(x), n=x.size, m=1, k=1,
-                      f=1 if kind.mean else 0, text="mean" if kind.mean else "sum"))
+    if not dims and y.dtype == x.dtype and y.size == x.size and x.dtype.kind not in "fc":
+        lw.bind(y, lw.get(x))  # (a float is summed below, one element at a time)
         return
     if x.dtype != lw.dtype or y.dtype != lw.dtype:  # e.g. sum's dtype=
         raise Unsupported(node.op)

@@ -54,6 +54,11 @@ def _inputs(ins: Instr) -> list[tuple[Loc, int, bool]] | None:
     return list(zip(locs, _BITS, vector, strict=False))
 
 
+def _operands(ins: Instr) -> list[tuple[Loc, int, bool]]:
+    """:func:`_inputs` and the output, for an elementwise instruction."""
+    return _inputs(ins) + [(ins.o, I.T_O, True)]
+
+
 def _length(item: object) -> int:
     """The element count of an elementwise instruction worth stripping; 0 otherwise."""
     if isinstance(item, Instr) and item.n >= MIN_ELEMENTS and _inputs(item) is not None:
@@ -69,7 +74,7 @@ def _safe(chain: list[Instr]) -> bool:
     scalars: set[int] = set()
     written: set[int] = set()
     for ins in chain:
-        for loc, _, vector in _inputs(ins) + [(ins.o, I.T_O, True)]:
+        for loc, _, vector in _operands(ins):
             if vector:
                 arrays.setdefault(id(loc.st), set()).add((loc.off, loc.stride))
             else:
@@ -130,7 +135,7 @@ def strip_chains(code: list, external: set[int]) -> list:
             ins.strip = I.T_N
             # a scratch block is small: its own block each keeps the loops vectorised
             ins.inplace = False
-            for loc, bit, vector in _inputs(ins) + [(ins.o, I.T_O, True)]:
+            for loc, bit, vector in _operands(ins):
                 if vector and id(loc.st) not in scratch:
                     ins.strip |= bit
             out.append(ins)

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from numba.core import caching
+from numba.core.cpu import CPUContext
+from numba.core.runtime.nrt import rtsys
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _WARNED: set[str] = set()
@@ -190,17 +192,39 @@ def _drop_damaged(cache) -> None:
             pass
 
 
+def _load_without_refresh(cache, sig, target_context):
+    """Numba's ``Cache.load_overload`` less its ``target_context.refresh()``, for the CPU
+    target: the refresh imports and installs every lowering and typing registry (Numba's
+    NumPy, random, linalg, typed containers...: 100-150 ms, the bulk of a process's first
+    kernel load), which only compiling needs, and every compile refreshes first
+    (``CompilerBase``). Loading needs the runtime (NRT) initialised, as the refresh would
+    have done; the rest of a load (the code, its environments, its ``reload_init``) is
+    Numba's own ``_load_overload``."""
+    rtsys.initialize(target_context)
+    with cache._guard_against_spurious_io_errors():
+        return cache._load_overload(sig, target_context)
+
+
+#: whether nbgrad's kernels load from Numba's CPU cache without the context's refresh
+#: (:func:`_load_without_refresh`; False: Numba's own ``load_overload``)
+LOAD_WITHOUT_REFRESH = True
+
+
 def _guard(cache_class) -> None:
     """Wrap ``load_overload`` / ``save_overload`` of one Numba ``Cache`` class (once)."""
     if cache_class.__dict__.get("_nbgrad_guarded"):
         return
     load, save = cache_class.load_overload, cache_class.save_overload
+    cpu = cache_class is caching.Cache and all(
+        hasattr(cache_class, a) for a in ("_load_overload", "_guard_against_spurious_io_errors"))
 
     def guarded_load(self, sig, target_context):
         ours = _ours(self)
         if ours and _unsafe(self):
             return None
         try:
+            if ours and cpu and LOAD_WITHOUT_REFRESH and isinstance(target_context, CPUContext):
+                return _load_without_refresh(self, sig, target_context)
             return load(self, sig, target_context)
         except Exception as exc:  # a damaged cache entry: recompile
             if not ours:

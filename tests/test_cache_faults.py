@@ -20,10 +20,10 @@ print("RESULT", *x.grad.tolist())
 """
 
 
-def run(cache: Path) -> subprocess.CompletedProcess:
+def run(cache: Path, script: str = SCRIPT) -> subprocess.CompletedProcess:
     env = dict(os.environ, NBGRAD_CACHE_DIR=str(cache))
     env.pop("NUMBA_CACHE_DIR", None)  # Numba must cache next to the generated code
-    return subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=300)
 
 
@@ -101,3 +101,45 @@ def test_a_cache_written_by_an_older_version_is_not_used(warm_cache, tmp_path):
     assert "compile cache" not in proc.stderr and "damaged" not in proc.stderr
     current = [p.name for p in cache.iterdir() if p != old]
     assert current and all(name.startswith("nbgrad-0.1.0-") for name in current)
+
+
+#: counts the refreshes of Numba's CPU target context (imports and installs of every
+#: lowering registry) in the process, then runs SCRIPT; ``{lean}`` sets
+#: ``cache_guard.LOAD_WITHOUT_REFRESH``
+COUNTED = """
+from numba.core.cpu import CPUContext
+refreshes = []
+_refresh = CPUContext.refresh
+def counted(self):
+    refreshes.append(1)
+    return _refresh(self)
+CPUContext.refresh = counted
+import nbgrad.cache_guard
+nbgrad.cache_guard.LOAD_WITHOUT_REFRESH = {lean}
+""" + SCRIPT + """
+print("REFRESHES", len(refreshes))
+import numba
+@numba.njit(cache=False)
+def fresh(a):  # compiled after the loads: the compiler refreshes the context itself
+    return a.sum() * 2.0
+import numpy as np
+print("FRESH", fresh(np.arange(4.0)))
+"""
+
+
+def _count(proc: subprocess.CompletedProcess, key: str) -> float:
+    return float(next(ln for ln in proc.stdout.splitlines() if ln.startswith(key)).split()[1])
+
+
+def test_cached_kernels_load_without_the_context_refresh(warm_cache):
+    """Numba refreshes its CPU context (100-150 ms of imports) before every cache load;
+    nbgrad's kernels load without it, and code compiled afterwards still compiles."""
+    cache, expected = warm_cache
+    assert result(run(cache)) == expected  # (earlier tests may have emptied the cache)
+    lean = run(cache, COUNTED.format(lean=True))
+    assert result(lean) == expected
+    assert _count(lean, "REFRESHES") == 0
+    assert _count(lean, "FRESH") == 12.0
+    full = run(cache, COUNTED.format(lean=False))  # Numba's own load_overload
+    assert result(full) == expected
+    assert _count(full, "REFRESHES") >= 1

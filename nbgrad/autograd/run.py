@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from ..device import cpu_device
 from ..factories import tensor, zeros
 from ..ops import ones_like
-from ..tensor import STATE_TRACE, Tensor
+from ..tensor import STATE_TRACE, Tensor, wrap_array
 from .engine import GraphTask
 from .node import accumulate_into, gradient_edge
 
@@ -33,7 +36,9 @@ def _root_gradients(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> 
                 raise RuntimeError("grad can be implicitly created only for scalar outputs; "
                                    f"output {i} has shape {tuple(out.shape)}: pass "
                                    "grad_tensors / grad_outputs")
-            g = ones_like(out)
+            g = wrap_array(np.ones(out._data.shape, out._data.dtype)) \
+                if out._device is cpu_device and STATE_TRACE.tracer is None \
+                else ones_like(out)  # (the first: ones_like's result, less dispatch)
         elif not isinstance(g, Tensor):
             g = tensor(g, dtype=out.dtype)
         if tuple(g.shape) != tuple(out.shape):

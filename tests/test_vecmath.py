@@ -192,7 +192,7 @@ def test_cpu_kernels_call_the_vectorised_math():
     for name, fn in [("exp", "vexp"), ("sin", "vsin"), ("tanh", "vtanh"), ("sigmoid", "vsigmoid"),
                      ("pow", "vpow")]:
         body = src[src.index(f"def unary_{name}(" if name != "pow" else "def binary_pow("):]
-        body = body[:body.index("\n@njit")] if "\n@njit" in body else body
+        body = body[:body.index("\ndef ", 1)]
         assert re.search(rf"\b{fn}\((x|a, b)\)", body), body
     assert "TRIG_MAX" in src[src.index("def unary_sin("):src.index("def unary_cos(")]
     assert ew.UNARY["exp"].expr == "math.exp(x)"

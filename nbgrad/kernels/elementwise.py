@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
+from numba import njit
 
 from .. import codegen
 from . import parallel, scalar, vecmath
@@ -215,7 +217,8 @@ def _scalar_import() -> str:
 #: and the vectorisable math of ``nbgrad.kernels.vecmath``
 SCALAR_IMPORT = _scalar_import()
 
-_PRELUDE = f'''import math
+#: the start of a generated module of ``@njit(**OPTS)`` functions (tier 1's interpreter)
+NJIT_PRELUDE = f'''import math
 
 import numpy as np
 from numba import njit
@@ -225,9 +228,21 @@ from numba import njit
 OPTS = dict(cache=True, nogil=True, error_model="numpy")
 '''
 
+_PRELUDE = f'''import math
+
+import numpy as np
+
+{SCALAR_IMPORT}
+
+# Plain functions: nbgrad.kernels.elementwise.kernel_function makes each a Numba
+# dispatcher when it is first asked for, with njit(**KERNEL_OPTS)
+'''
+
+#: the options of every generated eager kernel (``kernel_function``)
+KERNEL_OPTS = dict(cache=True, nogil=True, error_model="numpy")
+
 _UNARY_TEMPLATE = '''
 
-@njit(**OPTS)
 def unary_{name}(xs, out, p0, p1):
     for i in range(xs.size):
         x = xs[i]
@@ -247,7 +262,6 @@ _UNARY_FIXUP = '''    for i in range(xs.size):
 # programs never need its code, which costs twice the rest to compile
 _BINARY_TEMPLATE = '''
 
-@njit(**OPTS)
 def binary_{name}(av, bv, out, mode, shape, sa, sb):
     n = out.size
     if n == 0:
@@ -271,7 +285,6 @@ def binary_{name}(av, bv, out, mode, shape, sa, sb):
         raise ValueError("binary_{name}: the general broadcast is bcast_{name}")
 
 
-@njit(**OPTS)
 def bcast_{name}(av, bv, out, shape, sa, sb, idx):
     n = out.size
     if n == 0:
@@ -305,7 +318,6 @@ def bcast_{name}(av, bv, out, shape, sa, sb, idx):
 # 3 general broadcast (strides)
 _TERNARY_TEMPLATE = '''
 
-@njit(**OPTS)
 def ternary_{name}(cv, av, bv, out, mode, shape, sc, sa, sb):
     n = out.size
     if n == 0:
@@ -448,6 +460,7 @@ def _quieted(ufunc):
 
 
 _FUNCS: dict[str, object] = {}
+_FUNCS_LOCK = threading.Lock()
 #: binary op name -> its NumPy ufunc (:attr:`ScalarOp.ufunc`), warnings off (:func:`_quieted`)
 _UFUNCS = {name: _quieted(getattr(np, op.ufunc)) for name, op in BINARY.items() if op.ufunc}
 #: unary op name -> its NumPy ufunc (:attr:`ScalarOp.ufunc`), warnings off
@@ -467,11 +480,16 @@ def quiet_ufunc(name: str):
 
 
 def kernel_function(prefix: str, name: str):
-    """The compiled dispatcher ``<prefix>_<name>`` of the generated module (cached)."""
+    """The compiled dispatcher of the generated module's ``<prefix>_<name>`` (made on
+    first use: the module's 108 kernels as dispatchers cost 20 ms at its import, and a
+    process uses a few of them; Numba's cache keys each by its function, as before)."""
     key = f"{prefix}_{name}"
     fn = _FUNCS.get(key)
     if fn is None:
-        fn = _FUNCS[key] = getattr(kernels(), key)
+        with _FUNCS_LOCK:
+            fn = _FUNCS.get(key)
+            if fn is None:
+                fn = _FUNCS[key] = njit(**KERNEL_OPTS)(getattr(kernels(), key))
     return fn
 
 

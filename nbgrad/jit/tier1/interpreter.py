@@ -132,7 +132,7 @@ SLOT_SHIFT = 40
 SLOT = 1 << SLOT_SHIFT
 
 #: the eager kernels' prelude: the same imports and Numba options
-_HEADER = _ew._PRELUDE + "from nbgrad.jit.tier1.pointers import view_at\n"
+_HEADER = _ew.NJIT_PRELUDE + "from nbgrad.jit.tier1.pointers import view_at\n"
 
 
 def _scalar_fn(name: str, params: str, cases: list[tuple[int, str, str]], default: str) -> str:

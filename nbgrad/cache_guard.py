@@ -159,12 +159,25 @@ def _cache_files(cache) -> list[str]:
     return [index, *data]
 
 
+def _data_files(cache) -> list[str]:
+    """The data files the index of ``cache`` names (the index passed the check: reading
+    it is what Numba does next), or, where Numba's index cannot be read so, every file of
+    the function (a listing of the folder, which holds every cached function's files)."""
+    try:
+        index = cache._cache_file
+        return [index._data_path(name) for name in index._load_index().values()]
+    except Exception:  # noqa: BLE001 - a damaged index (the load then reports it) or an API change
+        return _cache_files(cache)[1:]
+
+
 def _unsafe(cache) -> bool:
     """Whether Numba's cache files of ``cache`` could have been written by another user
-    (then they are neither read nor written: loading a pickle runs code)."""
+    (then they are neither read nor written: loading a pickle runs code). The index is
+    checked first, then the data files it names."""
     folder = cache._cache_path
     mine = next((r for r in _cache_roots() if folder.startswith(str(r) + os.sep)), None)
-    problem = _files_problem(folder, _cache_files(cache), mine)
+    problem = _files_problem(folder, [cache._cache_file._index_path], mine) or \
+        _files_problem(folder, _data_files(cache), mine)
     if problem:
         _warn_once("unsafe", f"nbgrad: not using Numba's compile cache in {folder}: "
                              f"{problem}; compiling instead (make the folder private "

@@ -162,6 +162,26 @@ def test_numba_cache_of_package_kernels_in_a_foreign_writable_folder_is_not_load
     assert str(numba_cache) in proc.stderr
 
 
+@pytest.mark.parametrize("which", ["nbi", "nbc"])
+def test_a_foreign_writable_cache_file_in_a_private_folder_is_not_loaded(warm, tmp_path,
+                                                                          which):
+    """The index is checked before it is read, then the data files it names (the data
+    files here are planted, their indexes intact, so that each index names one)."""
+    cache = copy_of(warm, tmp_path)
+    marker = tmp_path / "marker"
+    files = list(cache.rglob(f"*.{which}"))
+    assert files
+    for f in cache.rglob("*.nbc"):
+        f.write_bytes(pickle.dumps(_Planted(marker)))
+    for f in files:
+        f.chmod(0o666)
+    proc = run(cache)
+    assert result(proc) == warm[1]
+    assert not marker.exists(), "a pickle from a file others can write was loaded"
+    assert proc.stderr.count("not using Numba's compile cache") == 1
+    assert "writable by every user" in proc.stderr
+
+
 @pytest.mark.parametrize("plant", [plant_modules, plant_pycs], ids=["text", "pyc"])
 def test_tampered_modules_in_a_private_cache_never_run(warm, tmp_path, plant):
     cache = copy_of(warm, tmp_path)

@@ -61,7 +61,8 @@ BLAS_SCRIPT = textwrap.dedent("""
 
 def test_scipy_linalg_waits_for_blas():
     """Numba's import of numba.np.arraymath (at its first compile; loading nbgrad's
-    cached kernels does not import it) no longer imports all of scipy.linalg to ask whether BLAS is there; BLAS still works for a user's @njit and
+    cached kernels does not import it) no longer imports all
+    of scipy.linalg to ask whether BLAS is there; BLAS still works for a user's @njit and
     for nbgrad's matmul afterwards."""
     proc = subprocess.run([sys.executable, "-c", BLAS_SCRIPT], capture_output=True,
                           text=True, timeout=600)

@@ -38,7 +38,7 @@ def _root_gradients(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> 
                                    "grad_tensors / grad_outputs")
             g = wrap_array(np.ones(out._data.shape, out._data.dtype)) \
                 if out._device is cpu_device and STATE_TRACE.tracer is None \
-                else ones_like(out)  # (the first: ones_like's result, less dispatch)
+                else ones_like(out)  # (the first is ones_like(out) less its dispatch)
         elif not isinstance(g, Tensor):
             g = tensor(g, dtype=out.dtype)
         if tuple(g.shape) != tuple(out.shape):

@@ -217,29 +217,22 @@ def _scalar_import() -> str:
 #: and the vectorisable math of ``nbgrad.kernels.vecmath``
 SCALAR_IMPORT = _scalar_import()
 
+#: the Numba options of the generated kernels: the eager ones (:func:`kernel_function`)
+#: and tier 1's interpreter (``OPTS`` in its module)
+KERNEL_OPTS = dict(cache=True, nogil=True, error_model="numpy")
+_OPTS_LINE = "OPTS = dict(" + ", ".join(f"{k}={v!r}".replace("'", '"')
+                                      for k, v in KERNEL_OPTS.items()) + ")\n"
+_IMPORTS = "import math\n\nimport numpy as np\n"
+
 #: the start of a generated module of ``@njit(**OPTS)`` functions (tier 1's interpreter)
-NJIT_PRELUDE = f'''import math
+NJIT_PRELUDE = f"{_IMPORTS}from numba import njit\n\n{SCALAR_IMPORT}\n\n{_OPTS_LINE}"
 
-import numpy as np
-from numba import njit
-
-{SCALAR_IMPORT}
-
-OPTS = dict(cache=True, nogil=True, error_model="numpy")
-'''
-
-_PRELUDE = f'''import math
-
-import numpy as np
-
+_PRELUDE = f"""{_IMPORTS}
 {SCALAR_IMPORT}
 
 # Plain functions: nbgrad.kernels.elementwise.kernel_function makes each a Numba
 # dispatcher when it is first asked for, with njit(**KERNEL_OPTS)
-'''
-
-#: the options of every generated eager kernel (``kernel_function``)
-KERNEL_OPTS = dict(cache=True, nogil=True, error_model="numpy")
+"""
 
 _UNARY_TEMPLATE = '''
 

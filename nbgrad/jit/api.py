@@ -49,7 +49,7 @@ from .program import Program
 from .reference import replay
 from .trace.autodiff import reached_inputs, split_vjp
 from .trace.ir import Graph, check, exact_key, format_graph
-from .trace.passes import dce, optimize
+from .trace.passes import BEFORE_AUTODIFF, dce, optimize
 from .trace.reroll import reroll
 from .trace.traced_grad import traced_grad  # noqa: F401 - registers with the tracer
 from .trace.tracer import Tracer, gc_paused, run_traced
@@ -337,7 +337,7 @@ class _Entry:
                 example = [np.zeros(v.shape, v.dtype) for v in self.graph.inputs]
             if self.cuda:  # the joint graph is traced on the CPU (ops are device-neutral)
                 example = [to_host(a) for a in example]
-            self._split = split_vjp(self.graph, self.rg, example)
+            self._split = split_vjp(optimize(self.traced, BEFORE_AUTODIFF), self.rg, example)
         return self._split
 
     # ------------------------------------------------------------------ running

@@ -15,7 +15,7 @@ would: the others get no gradient, ``None``), loops counted step by step.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from ...grad_mode import enable_grad
 from ...tensor import Tensor
 from ..reference import replay
 from .ir import LOOP, STOP_GRADIENT, Graph, LoopInfo, Node, Var
-from .passes import dce_nodes
+from .passes import cse, dce_nodes
 from .tracer import Tracer
 
 
@@ -134,9 +134,23 @@ class VJPSplit:
     bwd_inputs: list[tuple[str, int]]  # ("res", r) | ("in", i) | ("ct", k): how to fill bwd
 
 
+def _merged(joint: Joint) -> Joint:
+    """``joint`` with equal nodes merged (:func:`~nbgrad.jit.trace.passes.cse`) after the
+    graph was differentiated: a value two uses need is computed and saved once, while
+    each use's gradient is still multiplied by its derivative before the sum, as eager
+    mode does (merged before, the sum comes first: ``inf * 0`` at overflow, finding F5)."""
+    g = joint.graph
+    n = len(joint.outputs)
+    merged = cse(Graph(list(g.inputs), g.consts, g.nodes,
+                       joint.outputs + [v for v in joint.grads if v is not None]))
+    rest = iter(merged.outputs[n:])
+    grads = [None if v is None else next(rest) for v in joint.grads]
+    return replace(joint, graph=merged, outputs=merged.outputs[:n], grads=grads, reach=None)
+
+
 def split_vjp(graph: Graph, rg: Sequence[bool], example: Sequence[np.ndarray]) -> VJPSplit:
     """Forward and backward graphs of ``graph`` for the inputs flagged in ``rg``."""
-    joint = joint_graph(graph, rg, example)
+    joint = _merged(joint_graph(graph, rg, example))
     pnodes, tnodes, needed = partial_eval(joint)
     pos = {id(v): i for i, v in enumerate(joint.inputs)}
     residuals = [v for v in needed if id(v) not in pos]

@@ -261,6 +261,13 @@ def hoist_invariants(graph: Graph) -> Graph:
 #: the standard pipeline; tier 2 may append passes (e.g. elementwise fusion)
 PASSES: list[GraphPass] = [fold_constants, cse, hoist_invariants, dce]
 
+#: the passes a graph takes before it is differentiated (``nbgrad.jit``'s split of a
+#: forward and a backward graph): not :func:`cse` or :func:`hoist_invariants`, which make
+#: the backward sum the gradients of merged or hoisted uses before it multiplies by
+#: their derivative, where eager multiplies each use's gradient first (at overflow,
+#: ``inf * 0`` where eager has ``0``: finding F5); the split graphs are optimized whole
+BEFORE_AUTODIFF: tuple[GraphPass, ...] = (fold_constants, dce)
+
 
 def optimize(graph: Graph, passes: Sequence[GraphPass] | None = None) -> Graph:
     """Run ``passes`` (default :data:`PASSES`) in order."""

@@ -45,6 +45,21 @@ class Joint:
     values: list[np.ndarray | None] | None = field(default=None, repr=False)
 
 
+def _merged(joint: Joint) -> Joint:
+    """``joint`` with equal nodes merged (:func:`~nbgrad.jit.trace.passes.cse`) after the
+    graph was differentiated (every joint graph: a jit split, a loop body's, a re-rolled
+    trace's): a value two uses need is computed and saved once, while
+    each use's gradient is still multiplied by its derivative before the sum, as eager
+    mode does (merged before, the sum comes first: ``inf * 0`` at overflow, finding F5)."""
+    g = joint.graph
+    n = len(joint.outputs)
+    merged = cse(Graph(list(g.inputs), g.consts, g.nodes,
+                       joint.outputs + [v for v in joint.grads if v is not None]))
+    rest = iter(merged.outputs[n:])
+    grads = [None if v is None else next(rest) for v in joint.grads]
+    return replace(joint, graph=merged, outputs=merged.outputs[:n], grads=grads, reach=None)
+
+
 def joint_graph(graph: Graph, rg: Sequence[bool], example: Sequence[np.ndarray],
                 out_mask: Sequence[bool] | None = None,
                 cotangents: Sequence[np.ndarray] | None = None) -> Joint:
@@ -83,7 +98,8 @@ def joint_graph(graph: Graph, rg: Sequence[bool], example: Sequence[np.ndarray],
         out_vars = [tracer.var_of(o) for o in outs]
         grad_vars = [None if g is None else tracer.var_of(g) for g in grads]
     values = None if cotangents is None else [None if g is None else g._data for g in grads]
-    return Joint(tracer.graph, in_vars, out_vars, diff, ct_vars, wrt, grad_vars, values=values)
+    return _merged(Joint(tracer.graph, in_vars, out_vars, diff, ct_vars, wrt, grad_vars,
+                         values=values))
 
 
 def partial_eval(joint: Joint) -> tuple[list[Node], list[Node], list[Var]]:
@@ -134,23 +150,9 @@ class VJPSplit:
     bwd_inputs: list[tuple[str, int]]  # ("res", r) | ("in", i) | ("ct", k): how to fill bwd
 
 
-def _merged(joint: Joint) -> Joint:
-    """``joint`` with equal nodes merged (:func:`~nbgrad.jit.trace.passes.cse`) after the
-    graph was differentiated: a value two uses need is computed and saved once, while
-    each use's gradient is still multiplied by its derivative before the sum, as eager
-    mode does (merged before, the sum comes first: ``inf * 0`` at overflow, finding F5)."""
-    g = joint.graph
-    n = len(joint.outputs)
-    merged = cse(Graph(list(g.inputs), g.consts, g.nodes,
-                       joint.outputs + [v for v in joint.grads if v is not None]))
-    rest = iter(merged.outputs[n:])
-    grads = [None if v is None else next(rest) for v in joint.grads]
-    return replace(joint, graph=merged, outputs=merged.outputs[:n], grads=grads, reach=None)
-
-
 def split_vjp(graph: Graph, rg: Sequence[bool], example: Sequence[np.ndarray]) -> VJPSplit:
     """Forward and backward graphs of ``graph`` for the inputs flagged in ``rg``."""
-    joint = _merged(joint_graph(graph, rg, example))
+    joint = joint_graph(graph, rg, example)
     pnodes, tnodes, needed = partial_eval(joint)
     pos = {id(v): i for i, v in enumerate(joint.inputs)}
     residuals = [v for v in needed if id(v) not in pos]

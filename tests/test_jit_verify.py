@@ -399,6 +399,70 @@ def test_inputs_set_the_scale_of_outputs_near_zero():
     assert verify.input_scale([np.array([np.nan, -4.0, np.inf]), np.array([10**9])]) == 4.0
 
 
+def _cancelling_terms(n: int) -> np.ndarray:
+    """``n`` terms whose partial sums grow to ``n / 2`` and then cancel: the sum is about
+    0.2, and its rounding depends much on the order."""
+    rng = np.random.default_rng(0)
+    h = rng.uniform(1, 2, n // 2)
+    return np.concatenate([h, -h[::-1] + rng.standard_normal(n // 2) * 1e-3])
+
+
+def test_a_long_sum_in_another_order_is_not_a_mismatch():
+    """A GPU sums in a tree and tier 1 in a row: the tolerance of an output that sums R
+    terms grows with sqrt(R), its floor too; a missing term is still found."""
+    x = _cancelling_terms(10**6)
+    in_a_row, pairwise = np.cumsum(x)[-1:].reshape(()), np.sum(x)
+    assert abs(in_a_row - pairwise) > 1e-9  # different roundings, both correct
+    assert compare([in_a_row], [pairwise], [x]) is not None  # without R: a mismatch
+    assert compare([in_a_row], [pairwise], [x], [x.size]) is None
+    assert compare([in_a_row], [in_a_row - x[7]], [x], [x.size]) is not None
+    assert compare([in_a_row], [in_a_row + 1e-3], [x], [x.size]) is not None
+    # the gradient beside it (R = 1) keeps the tight tolerance
+    assert compare([np.ones(3), in_a_row], [np.ones(3) + 1e-9, pairwise], [x],
+                   [1, x.size]).output == 0
+
+
+def test_reduction_lengths_follow_each_output():
+    f = nb.jit(nb.value_and_grad(lambda v, w: ((v @ w).tanh().sum(0) * 2).sum()))
+    v, w = nb.tensor(np.ones((30, 40))), nb.tensor(np.ones((40, 5)))
+    f(v, w)
+    graph = _entry(f).graph
+    lengths = verify.reduction_lengths(graph)
+    assert lengths[0] == 30  # the value: the largest ratio on its way (sum(0): 150 -> 5)
+    assert lengths[1:] != [1, 1]  # the gradients come through matrix products
+
+
+@pytest.mark.parametrize("mode", ["compile", "auto"])
+def test_generated_code_that_sums_in_another_order_is_promoted(promotion_check,
+                                                               monkeypatch, mode):
+    """Tier 2 returning a pairwise sum of 10^6 cancelling terms where tier 1 sums in a
+    row (as CUDA's fused tree sum does) is still promoted, and runs."""
+    monkeypatch.setattr(program, "PROMOTE_AFTER", 2)
+    monkeypatch.setattr(program, "PROMOTE_SECONDS", 0.0)
+    real = codegen.compile_graph
+
+    class Pairwise:
+        def __init__(self, inner):
+            self.inner, self.graph, self.tier = inner, inner.graph, inner.tier
+            self.stats = getattr(inner, "stats", {})
+
+        def run(self, arrays):
+            outs = self.inner.run(arrays)
+            return [np.asarray(np.sum(arrays[0])) if o.shape == () else o for o in outs]
+
+    monkeypatch.setattr(codegen, "compile_graph", lambda g, **kw: Pairwise(real(g, **kw)))
+    x = nb.tensor(_cancelling_terms(10**6))
+    f = nb.jit(lambda v: v.sum(), mode=mode)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PromotionMismatchWarning)
+        for _ in range(4):
+            f(x)
+        assert program.wait_for_promotions(timeout=240)
+        got = [float(f(x)) for _ in range(2)]
+    assert _entry(f).tier == "compile"
+    assert got == [float(np.sum(x.numpy()))] * 2  # the generated code's own result
+
+
 def test_comparison_reports_the_first_differing_output():
     bad = compare([np.zeros(2), np.ones((2, 2))], [np.zeros(2), np.array([[1, 1], [1, 3.]])])
     assert bad.output == 1 and bad.count == 2 and bad.index == (1, 1)

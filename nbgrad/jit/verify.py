@@ -100,13 +100,19 @@ class Mismatch:
         return text
 
 
-def compare(expected: Sequence, got: Sequence, inputs: Sequence = ()) -> Mismatch | None:
+def compare(expected: Sequence, got: Sequence, inputs: Sequence = (),
+            reduced: Sequence[int] = ()) -> Mismatch | None:
     """The first output of ``got`` that differs from ``expected`` (tier 1), or None.
 
     ``inputs`` (the graph's inputs) set a floor under each output's scale: an output
     that is rounding noise (a gradient that is zero in exact arithmetic, a sum that
     cancels) differs between two correct programs by about the rounding of the values
-    that cancelled, whose size the inputs give.
+    that cancelled, whose size the inputs give. ``reduced[k]`` is the most terms summed
+    into one value on output ``k``'s way (:func:`reduction_lengths`): the rounding of a
+    sum of ``R`` terms taken in another order (a GPU's tree, threads' chunks) grows with
+    ``sqrt(R)`` and with its partial sums, up to ``R`` times the terms' size. So that
+    output's ``rtol`` and its floor are both ``sqrt(R)`` times wider: a term of the
+    inputs' size missing from a sum is still found.
     """
     n = len(expected)
     if len(got) != n:
@@ -114,7 +120,8 @@ def compare(expected: Sequence, got: Sequence, inputs: Sequence = ()) -> Mismatc
     floor = input_scale(inputs)
     for k, (a, b) in enumerate(zip(expected, got, strict=True)):
         a, b = np.asarray(to_host(a)), np.asarray(to_host(b))
-        bad = _compare_one(a, b, floor)
+        widen = max(1.0, float(reduced[k]) if k < len(reduced) else 1.0) ** 0.5
+        bad = _compare_one(a, b, floor * widen, widen)
         if bad is not None:
             bad.output, bad.count = k, n
             return bad
@@ -141,7 +148,26 @@ def input_scale(inputs: Sequence) -> float:
     return scale
 
 
-def _compare_one(a: np.ndarray, b: np.ndarray, floor: float = 0.0) -> Mismatch | None:
+def reduction_lengths(graph: Graph) -> list[int]:
+    """For each output of ``graph``, the most elements that one node on its way combines
+    into one element: a node's largest input size over its output size, the largest
+    along the path (1 for an output that no reduction or product feeds)."""
+    most: dict[int, int] = {}
+    for node in graph.nodes:
+        ins = [v for v in node.inputs if v is not None]
+        ratio = 1
+        if ins and node.outputs:
+            ratio = max(v.size for v in ins) // max(1, min(o.size for o in node.outputs))
+        if node.is_loop:
+            ratio = max([ratio, *reduction_lengths(node.attrs["body"])])
+        here = max([ratio, *(most.get(id(v), 1) for v in ins)])
+        for o in node.outputs:
+            most[id(o)] = here
+    return [most.get(id(v), 1) for v in graph.outputs]
+
+
+def _compare_one(a: np.ndarray, b: np.ndarray, floor: float = 0.0,
+                 widen: float = 1.0) -> Mismatch | None:
     if a.shape != b.shape or a.dtype != b.dtype:
         return Mismatch(0, 0, f"{b.dtype}{list(b.shape)} instead of {a.dtype}{list(a.shape)}")
     if a.dtype.kind not in "fc":
@@ -153,7 +179,7 @@ def _compare_one(a: np.ndarray, b: np.ndarray, floor: float = 0.0) -> Mismatch |
         return None
     if a.size == 0:
         return None
-    rtol = RTOL.get(a.dtype, 1e-12)
+    rtol = RTOL.get(a.dtype, 1e-12) * widen
     tiny = np.finfo(a.dtype).tiny
     shape, a, b = a.shape, a.reshape(-1), b.reshape(-1)
     if a.dtype.kind == "f" and _within(a, b, floor, rtol, tiny):
@@ -355,7 +381,7 @@ class Checked:
         else:
             on_device = [is_cuda_array(o) for o in got]
             _set_states(gens, after)
-            bad = compare(expected, got, saved)
+            bad = compare(expected, got, saved, reduction_lengths(self.graph))
         if bad is None:
             for k, (a, s) in enumerate(zip(arrays, saved, strict=True)):
                 if not same_bits(np.asarray(to_host(a)), np.asarray(to_host(s))):
@@ -500,7 +526,7 @@ def replay(folder: str | os.PathLike, verbose: bool = True) -> Mismatch | None:
     else:
         got = codegen.compile_graph(graph).run([np.array(a, copy=True) for a in inputs])
     expected = _tier1(graph).run(inputs)
-    bad = compare(expected, got, inputs)
+    bad = compare(expected, got, inputs, reduction_lengths(graph))
     if verbose:
         print("tier 2 agrees with tier 1" if bad is None else
               f"tier 2 differs from tier 1: {bad.describe()}")

@@ -371,3 +371,19 @@ def test_reductions_of_a_0d_tensor_over_dim_0_backpropagate(name):
     y = reduce(x)
     y.backward()
     assert y.shape == () and x.grad.shape == () and x.grad.item() == pytest.approx(1.0)
+
+
+def test_small_grids_launch_without_numbas_occupancy_warning():
+    """nbgrad sizes grids to the data: Numba's warning for grids under 128 blocks is off
+    once nbgrad's kernels are registered, unless the environment asks for it."""
+    code = ("import nbgrad as nb, nbgrad.cuda as c; c.use_simulator_if_no_gpu(); "
+            "t = nb.ones(3, device='cuda'); from numba.cuda.core import config; "
+            "print(config.CUDA_LOW_OCCUPANCY_WARNINGS, (t * 2).sum().item())")
+    env = {k: v for k, v in __import__("os").environ.items()
+           if k != "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS"}
+    for setting, want in ((None, "0"), ("1", "1")):
+        if setting is not None:
+            env["NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS"] = setting
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=env, timeout=300)
+        assert out.stdout.split() == [want, "6.0"], out.stderr

@@ -23,6 +23,8 @@ from numba import cuda
 from numba.cuda.core import config as _cuda_config
 
 from . import kernels as K
+from .launch import run_kernel
+from .memory import device_buffer
 
 #: True under Numba's CUDA simulator
 SIMULATED: bool = bool(_cuda_config.ENABLE_CUDASIM)
@@ -224,7 +226,7 @@ def _resolve_shape(shape: tuple[int, ...], size: int) -> tuple[int, ...]:
 def empty(shape: tuple[int, ...], dtype) -> CudaArray:
     """An uninitialised C-contiguous array (at least one element is allocated)."""
     shape = tuple(int(s) for s in shape)
-    return CudaArray(cuda.device_array(max(math.prod(shape), 1), np.dtype(dtype)), shape)
+    return CudaArray(device_buffer(math.prod(shape), dtype), shape)
 
 
 def full(shape: tuple[int, ...], value, dtype) -> CudaArray:
@@ -232,7 +234,7 @@ def full(shape: tuple[int, ...], value, dtype) -> CudaArray:
     n = out.size
     if n:
         blocks, threads = grid_1d(n)
-        K.fill[blocks, threads](out.buf, n, value)
+        run_kernel(K.fill, blocks, threads, out.buf, n, value)
     return out
 
 
@@ -309,7 +311,8 @@ def copy_into(dst: CudaArray, src) -> None:
         return
     shape, (ds, ss) = collapse(dst.shape, dst.strides, src.strides)
     blocks, threads = grid_1d(n)
-    K.copy_strided[blocks, threads](dst.buf, dst.offset, ds, src.buf, src.offset, ss, shape, n)
+    run_kernel(K.copy_strided, blocks, threads, dst.buf, dst.offset, ds, src.buf, src.offset, ss,
+               shape, n)
 
 
 # ---------------------------------------------------------------------- NumPy functions

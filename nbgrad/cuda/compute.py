@@ -13,6 +13,8 @@ from numba import cuda
 
 from . import kernels as K
 from .array import CudaArray, collapse, empty, full, grid_1d
+from .launch import run_kernel
+from .memory import device_buffer
 
 
 # ---------------------------------------------------------------------- reductions
@@ -44,18 +46,18 @@ def reduce(x: CudaArray, dims: tuple[int, ...], out_shape: tuple[int, ...], op: 
             nsplit = max(1, min(math.ceil(R / (8 * K.RTPB)), 1024 // M, 2 if _sim() else 1024))
         gx = min(M, 65535)
         if nsplit == 1:
-            K.reduce_rows_block[(gx, 1), K.RTPB](out.buf, x.buf, view.offset, shape, strides,
-                                                 M, R, op, float(div))
+            run_kernel(K.reduce_rows_block, (gx, 1), K.RTPB, out.buf, x.buf, view.offset, shape,
+                       strides, M, R, op, float(div))
             return out
-        partial = cuda.device_array(M * nsplit, np.float64)
-        K.reduce_rows_block[(gx, nsplit), K.RTPB](partial, x.buf, view.offset, shape,
-                                                  strides, M, R, op, 1.0)
-        K.reduce_rows_block[(gx, 1), K.RTPB](out.buf, partial, 0, (M * nsplit,), (1,), M,
-                                             nsplit, op, float(div))
+        partial = device_buffer(M * nsplit, np.float64)
+        run_kernel(K.reduce_rows_block, (gx, nsplit), K.RTPB, partial, x.buf, view.offset, shape,
+                   strides, M, R, op, 1.0)
+        run_kernel(K.reduce_rows_block, (gx, 1), K.RTPB, out.buf, partial, 0, (M * nsplit,), (1,),
+                   M, nsplit, op, float(div))
         return out
     blocks, threads = grid_1d(M)
-    K.reduce_rows_thread[blocks, threads](out.buf, x.buf, view.offset, shape, strides, M, R,
-                                          op, float(div))
+    run_kernel(K.reduce_rows_thread, blocks, threads, out.buf, x.buf, view.offset, shape, strides,
+               M, R, op, float(div))
     return out
 
 
@@ -78,8 +80,8 @@ def matmul3(a: CudaArray, b: CudaArray, batch_strides: tuple[int, int] | None = 
     sa = (batch_strides[0] if batch_strides else a.strides[0], a.strides[1], a.strides[2])
     sb = (batch_strides[1] if batch_strides else b.strides[0], b.strides[1], b.strides[2])
     grid = (math.ceil(N / K.TILE), math.ceil(M / K.TILE), min(batch, 65535))
-    K.matmul_tiled[grid, (K.TILE, K.TILE)](out.buf, a.buf, a.offset, sa, b.buf, b.offset, sb,
-                                           batch, M, N, Kd)
+    run_kernel(K.matmul_tiled, grid, (K.TILE, K.TILE), out.buf, a.buf, a.offset, sa, b.buf,
+               b.offset, sb, batch, M, N, Kd)
     return out
 
 
@@ -185,7 +187,8 @@ def gather(x: CudaArray, positions, shape: tuple[int, ...] | None = None) -> Cud
         blocks, threads = grid_1d(n)
         pos = positions if not isinstance(positions, np.ndarray) else \
             upload_positions(positions)
-        K.gather[blocks, threads](out.buf, n, pos, x.buf, x.offset, shape, strides, x.size)
+        run_kernel(K.gather, blocks, threads, out.buf, n, pos, x.buf, x.offset, shape, strides,
+                   x.size)
     return out
 
 
@@ -202,7 +205,8 @@ def scatter(out: CudaArray, positions, values: CudaArray, add: bool,
     pos = positions if not isinstance(positions, np.ndarray) else upload_positions(positions)
     blocks, threads = grid_1d(n)
     kern = K.scatter_add if add else K.scatter_set
-    kern[blocks, threads](out.buf, n, pos, vals.buf, vals.offset, cshape, strides, out.size)
+    run_kernel(kern, blocks, threads, out.buf, n, pos, vals.buf, vals.offset, cshape, strides,
+               out.size)
 
 
 def _padded(x: CudaArray) -> CudaArray:
@@ -216,8 +220,8 @@ def gather_dim(x: CudaArray, dim: int, index: CudaArray) -> CudaArray:
     if n:
         xi, ii = _padded(x), _padded(index)
         blocks, threads = grid_1d(n)
-        K.gather_dim[blocks, threads](out.buf, n, ii.shape, ii.buf, ii.offset, ii.strides,
-                                      xi.buf, xi.offset, xi.strides, dim)
+        run_kernel(K.gather_dim, blocks, threads, out.buf, n, ii.shape, ii.buf, ii.offset,
+                   ii.strides, xi.buf, xi.offset, xi.strides, dim)
     return out
 
 
@@ -231,9 +235,8 @@ def scatter_dim(out: CudaArray, dim: int, index: CudaArray, src: CudaArray, accu
     oi, ii = _padded(out), _padded(index)
     si = _padded(src.astype(out.dtype, copy=False)).broadcast_to(ii.shape)
     blocks, threads = grid_1d(n)
-    K.scatter_dim[blocks, threads](out.buf, n, ii.shape, ii.buf, ii.offset, ii.strides,
-                                   si.buf, si.offset, si.strides, oi.strides, dim, skip,
-                                   bool(accumulate))
+    run_kernel(K.scatter_dim, blocks, threads, out.buf, n, ii.shape, ii.buf, ii.offset, ii.strides,
+               si.buf, si.offset, si.strides, oi.strides, dim, skip, bool(accumulate))
 
 
 # ---------------------------------------------------------------------- rows and lines
@@ -271,7 +274,7 @@ def launch(kernel, n: int, *args) -> None:
     """Launch ``kernel`` over ``n`` threads (a 1-D grid; nothing when ``n`` is 0)."""
     if n:
         blocks, threads = grid_1d(n)
-        kernel[blocks, threads](*args)
+        run_kernel(kernel, blocks, threads, *args)
 
 
 def along(x: CudaArray, dim: int, out_dtype, run) -> CudaArray:

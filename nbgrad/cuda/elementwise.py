@@ -18,6 +18,7 @@ from .. import codegen
 from ..kernels import elementwise as ew
 from ..kernels import scalar
 from .array import CudaArray, collapse, empty, grid_1d
+from .launch import run_kernel
 
 #: NumPy functions the expressions may use, and their libdevice names
 NUMPY_FUNCTIONS = {"floor": "floor", "ceil": "ceil", "rint": "rint", "trunc": "trunc",
@@ -136,8 +137,8 @@ def run_unary(name: str, x: CudaArray, out_dtype, p0: float = 0.0,
     if n:
         shape, (xs,) = collapse(x.shape, x.strides)
         blocks, threads = grid_1d(n)
-        getattr(kernels(), f"unary_{name}")[blocks, threads](
-            out.buf, n, shape, x.buf, x.offset, xs, float(p0), float(p1))
+        run_kernel(getattr(kernels(), f"unary_{name}"), blocks, threads, out.buf, n, shape, x.buf,
+                   x.offset, xs, float(p0), float(p1))
     return out
 
 
@@ -149,8 +150,8 @@ def run_binary(name: str, a: CudaArray, b: CudaArray, out_dtype) -> CudaArray:
         av, bv = a.broadcast_to(shape), b.broadcast_to(shape)
         cshape, (sa, sb) = collapse(shape, av.strides, bv.strides)
         blocks, threads = grid_1d(n)
-        getattr(kernels(), f"binary_{name}")[blocks, threads](
-            out.buf, n, cshape, a.buf, a.offset, sa, b.buf, b.offset, sb)
+        run_kernel(getattr(kernels(), f"binary_{name}"), blocks, threads, out.buf, n, cshape, a.buf,
+                   a.offset, sa, b.buf, b.offset, sb)
     return out
 
 
@@ -162,6 +163,6 @@ def run_ternary(name: str, c: CudaArray, a: CudaArray, b: CudaArray, out_dtype) 
         cv, av, bv = (v.broadcast_to(shape) for v in (c, a, b))
         cshape, (sc, sa, sb) = collapse(shape, cv.strides, av.strides, bv.strides)
         blocks, threads = grid_1d(n)
-        getattr(kernels(), f"ternary_{name}")[blocks, threads](
-            out.buf, n, cshape, c.buf, c.offset, sc, a.buf, a.offset, sa, b.buf, b.offset, sb)
+        run_kernel(getattr(kernels(), f"ternary_{name}"), blocks, threads, out.buf, n, cshape,
+                   c.buf, c.offset, sc, a.buf, a.offset, sa, b.buf, b.offset, sb)
     return out

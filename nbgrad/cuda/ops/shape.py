@@ -12,6 +12,7 @@ from ...ops.shape import _pad_pairs
 from .. import compute as C
 from .. import kernels as K
 from ..array import CudaArray, copy_into, empty, full, grid_1d
+from ..launch import run_kernel
 
 
 @kernel("contiguous", target="cuda")
@@ -201,8 +202,8 @@ def _tri(x: CudaArray, diagonal: int, lower: bool) -> CudaArray:
     n = out.size
     if n:
         blocks, threads = grid_1d(n)
-        K.triangle[blocks, threads](out.buf, n, x.shape, x.buf, x.offset, x.strides,
-                                    int(diagonal), lower)
+        run_kernel(K.triangle, blocks, threads, out.buf, n, x.shape, x.buf, x.offset, x.strides,
+                   int(diagonal), lower)
     return out
 
 

@@ -44,6 +44,7 @@ from ...backends import is_cuda_array
 from ...cuda import elementwise as cew
 from ...cuda import ensure_registered
 from ...cuda.array import CudaArray, as_cuda, empty, from_host, grid_1d
+from ...cuda.launch import run_kernel
 from ...device import Device
 from ...grad_mode import no_grad
 from ...ops.registry import REGISTRY
@@ -479,7 +480,7 @@ class CudaExecutable(Executable):
         if k.reductions:
             args.append(k.counter.buf)
         blocks, threads = grid_1d(k.n)
-        getattr(module, k.name)[blocks, threads](*args)
+        run_kernel(getattr(module, k.name), blocks, threads, *args)
         self.launches += 1
         for v, o in zip(k.stores, outs, strict=True):
             env[id(v)] = Tensor._make(o, device=dev)

@@ -216,12 +216,15 @@ def _rel(got, want) -> float:
     return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
 
 
-def run(big: bool, repeat: int, warmup: int, smoke: bool = False,
+def run(big: bool, repeat: int, warmup: int, smoke: bool = False, impl: str = "",
         on_row: Callable[[list[dict]], None] | None = None) -> list[dict]:
-    """Every row; ``on_row(rows so far)`` after each (a run cut short keeps its rows)."""
+    """Every row (of the implementations whose name contains ``impl``); ``on_row(rows so
+    far)`` after each (a run cut short keeps its rows)."""
     rows: list[dict] = []
 
-    def add(row: dict) -> None:
+    def add(row: dict | None) -> None:
+        if row is None:
+            return
         rows.append(row)
         if on_row is not None:
             on_row(rows)
@@ -234,9 +237,9 @@ def run(big: bool, repeat: int, warmup: int, smoke: bool = False,
         def check(out, ref_loss=ref_loss, ref_grad=ref_grad):
             return max(_rel(out[0], ref_loss), _rel(out[1], ref_grad))
 
-        for impl, build in (("nbgrad-cuda", w3_nbgrad), ("nbgrad-cuda-jit", w3_nbgrad_jit),
+        for name, build in (("nbgrad-cuda", w3_nbgrad), ("nbgrad-cuda-jit", w3_nbgrad_jit),
                             ("torch-cuda", w3_torch), ("jax-gpu", w3_jax)):
-            add(_row(f"W3 n={n:,}", impl, build, x, check, repeat, warmup))
+            add(_row(f"W3 n={n:,}", name, build, x, check, repeat, warmup, impl))
     p = w2_mlp.SIZES["tiny" if smoke else "full"]
     inp = w2_mlp.make_inputs(p)
     ref = w2_mlp.reference(inp, p)
@@ -246,13 +249,15 @@ def run(big: bool, repeat: int, warmup: int, smoke: bool = False,
                                             zip(out[1], ref.grads, strict=True)]
         return max(errs)
 
-    for impl, build in (("nbgrad-cuda", w2_nbgrad), ("nbgrad-cuda-jit", w2_nbgrad_jit),
+    for name, build in (("nbgrad-cuda", w2_nbgrad), ("nbgrad-cuda-jit", w2_nbgrad_jit),
                         ("torch-cuda", w2_torch), ("jax-gpu", w2_jax)):
-        add(_row("W2 mlp", impl, build, inp, check_w2, repeat, warmup))
+        add(_row("W2 mlp", name, build, inp, check_w2, repeat, warmup, impl))
     return rows
 
 
-def _row(workload, impl, build, arg, check, repeat, warmup) -> dict:
+def _row(workload, impl, build, arg, check, repeat, warmup, only: str = "") -> dict | None:
+    if only not in impl:
+        return None
     row = {"workload": workload, "impl": impl}
     try:
         row.update(measure(build, arg, check, repeat, warmup))
@@ -286,10 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--json", type=Path, help="write the results here (after each row)")
+    parser.add_argument("--impl", default="",
+                        help="only the implementations whose name contains this")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny sizes (a check that every path runs, e.g. in the simulator)")
     args = parser.parse_args(argv)
-    rows = run(args.big, args.repeat, args.warmup, args.smoke,
+    rows = run(args.big, args.repeat, args.warmup, args.smoke, args.impl,
                on_row=None if args.json is None else lambda rows: _write(args.json, rows))
     return 1 if any("error" in r and r["impl"].startswith("nbgrad") for r in rows) else 0
 

@@ -21,7 +21,7 @@ print("GPU:", d.name.decode() if isinstance(d.name, bytes) else d.name,
 PY
 
 status=0
-python -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_cuda_jit.py \
+python -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_cuda_jit.py tests/test_cuda_runtime.py \
     tests/test_fuzz_cuda.py tests/test_jit_trust.py tests/test_numpy_interop.py \
     tests/test_jit_verify.py -k "cuda or Cuda" || status=1
 

@@ -54,3 +54,37 @@ def test_f5_fuzz_seeds_agree_with_eager():
     summary = runner.run_seeds(F5_SEEDS, ["eager", "interpret"], max_steps=6)
     assert summary.tried["interpret"] == len(F5_SEEDS)
     assert not summary.failures, [m.program.seed for m in summary.failures]
+
+
+def _unread_carry(x):
+    """Only the first carry is read; the second feeds only itself (finding F4)."""
+    c = nb.fori_loop(0, 3, lambda i, c: (c[0] * 2.0 + x, c[1] * x), (x, x))
+    return c[0].sum()
+
+
+@pytest.mark.parametrize("mode", ["interpret", "compile"])
+@pytest.mark.parametrize("value", [1.0, 1e308, np.inf])
+def test_a_carry_that_only_feeds_itself_is_dropped_before_differentiation(mode, value):
+    """Eager never reaches the unread carry ``c[1] * x``; the jitted graph drops it (dead
+    code), so its zero cotangent is never multiplied by ``x = inf`` (NaN before)."""
+    x = nb.tensor(np.array([value]), requires_grad=True)
+    with np.errstate(all="ignore"):
+        _unread_carry(x).backward()
+        eager = x.grad.numpy()
+        jf = nb.jit(_unread_carry, mode=mode)
+        for _ in range(2):
+            xj = nb.tensor(np.array([value]), requires_grad=True)
+            jf(xj).backward()
+            np.testing.assert_array_equal(xj.grad.numpy(), eager)
+    assert eager.tolist() == [15.0]
+
+
+def test_dead_code_drops_carries_that_only_feed_themselves():
+    from nbgrad.jit.trace.ir import LOOP, LoopInfo
+    from nbgrad.jit.trace.passes import dce
+    f = nb.jit(_unread_carry, mode="interpret")
+    x = nb.tensor(np.array([1.0]))
+    f(x)
+    (entry,) = f._cache.values()
+    loops = [n for n in dce(entry.traced).nodes if n.op == LOOP]
+    assert [LoopInfo.of(n).n_carry for n in loops] == [1]

@@ -67,17 +67,18 @@ def _prune_loop(node: Node, live: set[int]) -> Node:
     nc, nx = info.n_carry, info.n_xs
     idx, carry, xs, inv = info.body_inputs()
     keep_y = [k for k in range(info.n_ys) if id(node.outputs[nc + k]) in live]
-    keep_c = set(range(nc))
-    while True:  # a carry is dead if its result is unused and the kept body does not read it
+    # a carry is live if its result is used, or if the body's work for a live carry or
+    # a kept ys reads it (grown to a fixed point: a carry that only feeds itself is dead)
+    keep_c = {i for i in range(nc) if id(node.outputs[i]) in live}
+    while True:
         outs = [body.outputs[i] for i in sorted(keep_c)] + [body.outputs[nc + k] for k in keep_y]
         nodes = dce_nodes(body.nodes, outs)
         read = {id(v) for n in nodes for v in n.inputs if v is not None}
         read.update(id(v) for v in outs)
-        dead = {i for i in keep_c
-                if id(node.outputs[i]) not in live and id(carry[i]) not in read}
-        if not dead:
+        grown = {i for i in range(nc) if i not in keep_c and id(carry[i]) in read}
+        if not grown:
             break
-        keep_c -= dead
+        keep_c |= grown
     kc = sorted(keep_c)
     keep_x = [k for k in range(nx) if id(xs[k]) in read]
     keep_i = [k for k in range(len(inv)) if id(inv[k]) in read]

@@ -66,19 +66,8 @@ def register() -> list[str]:
     """
     global _REGISTERED
     importlib.import_module(".ops", __name__)
-    _quiet_small_grids()
     _REGISTERED = True
     return sorted(name for name in table() if "cuda" in REGISTRY[name].kernels)
-
-
-def _quiet_small_grids() -> None:
-    """Turn off Numba's warning at every launch of fewer than 128 blocks, unless the
-    environment sets ``NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS``: nbgrad sizes each grid to
-    its data, so a small tensor's launch printed a hint its user cannot act on (and the
-    check cost time at every launch). The setting is Numba's, for the whole process."""
-    if "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS" not in os.environ:
-        from numba.cuda.core import config
-        config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
 
 
 def ensure_registered() -> None:
@@ -101,16 +90,11 @@ def coverage() -> dict[str, bool]:
 
 def empty_cache() -> None:
     """Give the device memory that nbgrad's pool caches back to the driver (as
-    ``torch.cuda.empty_cache``); see :mod:`nbgrad.cuda.memory`."""
+    ``torch.cuda.empty_cache``); see :mod:`nbgrad.cuda.memory` (and its
+    ``memory_stats()``)."""
     memory = sys.modules.get(__name__ + ".memory")
     if memory is not None:  # (no CUDA array made yet: nothing is cached)
         memory.empty_cache()
-
-
-def memory_stats() -> dict:
-    """Bytes of device memory in nbgrad's pool: ``in_use`` and ``cached``."""
-    from .memory import memory_stats as stats
-    return stats()
 
 
 def missing() -> list[str]:

@@ -14,6 +14,12 @@ always goes through the dispatcher).
 
 ``NBGRAD_CUDA_FAST_LAUNCH=0`` sends every launch through the dispatcher. The simulator
 always does (it has no compiled kernels).
+
+Importing this module (with nbgrad's CUDA arrays) also turns off Numba's warning at
+every launch of fewer than 128 blocks, unless the environment sets
+``NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS``: nbgrad sizes each grid to its data, so a small
+tensor's launch printed a hint its user cannot act on (and the check cost time at every
+launch). The setting is Numba's, for the whole process.
 """
 
 from __future__ import annotations
@@ -22,8 +28,16 @@ import os
 from typing import Any
 
 from numba.cuda.core import config as _cuda_config
+from numba.cuda.errors import normalize_kernel_dimensions
+
+if not _cuda_config.ENABLE_CUDASIM:  # (the simulator has no driver)
+    from numba.cuda.cudadrv import driver as _driver
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray as _DeviceNDArray
 
 __all__ = ["run_kernel"]
+
+if "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS" not in os.environ:
+    _cuda_config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
 
 _ENABLED = (not _cuda_config.ENABLE_CUDASIM
             and os.environ.get("NBGRAD_CUDA_FAST_LAUNCH", "1") not in ("0", ""))
@@ -60,7 +74,6 @@ def _key(value: Any) -> Any:
 def _dims(griddim, blockdim) -> tuple:
     dims = _DIMS.get((griddim, blockdim))
     if dims is None:
-        from numba.cuda.errors import normalize_kernel_dimensions
         if len(_DIMS) > 4096:
             _DIMS.clear()
         dims = _DIMS[(griddim, blockdim)] = normalize_kernel_dimensions(griddim, blockdim)
@@ -96,7 +109,5 @@ def run_kernel(kernel, griddim, blockdim, *args) -> None:
 
 
 def _setup() -> None:
-    from numba.cuda.cudadrv import driver
-    from numba.cuda.cudadrv.devicearray import DeviceNDArray
-    _STREAM.append(driver._to_core_stream(0))
-    _ARRAY.append(DeviceNDArray)
+    _STREAM.append(_driver._to_core_stream(0))
+    _ARRAY.append(_DeviceNDArray)

@@ -26,6 +26,10 @@ import numpy as np
 from numba import cuda
 from numba.cuda.core import config as _cuda_config
 
+if not _cuda_config.ENABLE_CUDASIM:  # (the simulator has no driver)
+    from numba.cuda.cudadrv import driver as _drv
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray as _DeviceNDArray
+
 __all__ = ["BlockPool", "device_buffer", "empty_cache", "memory_stats", "rounded_size"]
 
 _SMALL = 1 << 20  # below 1 MiB, sizes round up to 512 bytes
@@ -95,9 +99,8 @@ class _DevicePool:
     """The pool of one CUDA context, and the owners Numba's device arrays point to."""
 
     def __init__(self, ctx) -> None:
-        from numba.cuda.cudadrv import driver as drv
-        from numba.cuda.cudadrv.devicearray import DeviceNDArray
-        self._drv, self._array = drv, DeviceNDArray
+        drv = _drv
+        self._drv, self._array = drv, _DeviceNDArray
         self._ctx = weakref.proxy(ctx)
         self._live: dict[int, Any] = {}  # pointer -> its AutoFreePointer, while in use
 

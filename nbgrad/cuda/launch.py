@@ -44,7 +44,7 @@ _ENABLED = (not _cuda_config.ENABLE_CUDASIM
 _INT64 = (-(1 << 63), 1 << 63)
 _DIMS: dict[tuple, tuple] = {}
 _STREAM: list = []  # the default stream, as Numba's launch takes it (made once)
-_ARRAY: list = []   # Numba's device array class (imported on first launch)
+_ARRAY: list = []   # Numba's device array class (set at the first launch)
 
 
 _NEW = object()

@@ -99,24 +99,22 @@ class _DevicePool:
     """The pool of one CUDA context, and the owners Numba's device arrays point to."""
 
     def __init__(self, ctx) -> None:
-        drv = _drv
-        self._drv, self._array = drv, _DeviceNDArray
         self._ctx = weakref.proxy(ctx)
         self._live: dict[int, Any] = {}  # pointer -> its AutoFreePointer, while in use
 
         def free(ptr) -> None:
             ctx.synchronize()  # (cuMemFree waits too; a block may still be read)
-            drv.driver.cuMemFree(ptr)
+            _drv.driver.cuMemFree(ptr)
 
-        oom = drv.binding.CUresult.CUDA_ERROR_OUT_OF_MEMORY
+        oom = _drv.binding.CUresult.CUDA_ERROR_OUT_OF_MEMORY
 
         def is_oom(exc: BaseException) -> bool:
-            if isinstance(exc, drv.CudaAPIError) and exc.code == oom:
+            if isinstance(exc, _drv.CudaAPIError) and exc.code == oom:
                 ctx.deallocations.clear()  # Numba's own queued frees, too
                 return True
             return False
 
-        self.blocks = BlockPool(drv.driver.cuMemAlloc, free, is_oom)
+        self.blocks = BlockPool(_drv.driver.cuMemAlloc, free, is_oom)
 
     def buffer(self, n: int, dtype: np.dtype):
         size = rounded_size(n * dtype.itemsize)
@@ -128,9 +126,9 @@ class _DevicePool:
             live.pop(key, None)
             blocks.give(size, ptr)
 
-        mem = self._drv.AutoFreePointer(self._ctx, ptr, size, finalizer=back)
+        mem = _drv.AutoFreePointer(self._ctx, ptr, size, finalizer=back)
         live[key] = mem
-        return self._array((n,), (dtype.itemsize,), dtype, gpu_data=mem.own())
+        return _DeviceNDArray((n,), (dtype.itemsize,), dtype, gpu_data=mem.own())
 
 
 _POOLS: dict[int, _DevicePool] = {}

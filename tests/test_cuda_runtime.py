@@ -157,7 +157,7 @@ class _FakeArray:
 
 
 def test_launch_keys_tell_apart_what_numba_types_differently(monkeypatch):
-    monkeypatch.setattr(launch, "_ARRAY", [_FakeArray])
+    monkeypatch.setattr(launch, "_DeviceNDArray", _FakeArray)
     key = launch._key
     assert key(3) is int and key(-(2**63)) is int and key(2.0) is float and key(True) is bool
     assert key((1, 2)) == (int, int) and key((1, 2.0)) != key((1, 2)) and key(()) == ()

@@ -33,6 +33,8 @@ from numba.cuda.errors import normalize_kernel_dimensions
 if not _cuda_config.ENABLE_CUDASIM:  # (the simulator has no driver)
     from numba.cuda.cudadrv import driver as _driver
     from numba.cuda.cudadrv.devicearray import DeviceNDArray as _DeviceNDArray
+else:
+    _DeviceNDArray = None
 
 __all__ = ["run_kernel"]
 
@@ -43,11 +45,8 @@ _ENABLED = (not _cuda_config.ENABLE_CUDASIM
             and os.environ.get("NBGRAD_CUDA_FAST_LAUNCH", "1") not in ("0", ""))
 _INT64 = (-(1 << 63), 1 << 63)
 _DIMS: dict[tuple, tuple] = {}
-_STREAM: list = []  # the default stream, as Numba's launch takes it (made once)
-_ARRAY: list = []   # Numba's device array class (set at the first launch)
-
-
-_NEW = object()
+_STREAM: list = []  # the default stream, as Numba's launch takes it (made at the first launch)
+_NEW = object()  # a key not seen yet
 
 
 class _Unkeyed(Exception):
@@ -64,7 +63,7 @@ def _key(value: Any) -> Any:
         return t
     if t is tuple:
         return tuple(_key(v) for v in value)
-    if t is _ARRAY[0]:
+    if t is _DeviceNDArray:
         if value.ndim != 1:
             return value._numba_type_
         return (value.dtype, value.strides[0], min(value.shape[0], 2))  # (Numba's layout)
@@ -85,8 +84,8 @@ def run_kernel(kernel, griddim, blockdim, *args) -> None:
     if not _ENABLED:
         kernel[griddim, blockdim](*args)
         return
-    if not _ARRAY:
-        _setup()
+    if not _STREAM:
+        _STREAM.append(_driver._to_core_stream(0))
     try:
         key = tuple(_key(a) for a in args)
     except _Unkeyed:
@@ -106,8 +105,3 @@ def run_kernel(kernel, griddim, blockdim, *args) -> None:
         kernel[griddim, blockdim](*args)
     else:
         compiled.launch(args, *_dims(griddim, blockdim), _STREAM[0], 0)
-
-
-def _setup() -> None:
-    _STREAM.append(_driver._to_core_stream(0))
-    _ARRAY.append(_DeviceNDArray)

@@ -147,7 +147,7 @@ def _pool() -> _DevicePool | None:
     if pool is None:
         try:
             pool = _POOLS[id(ctx)] = _DevicePool(ctx)
-        except (ImportError, AttributeError) as exc:  # another numba-cuda's internals
+        except AttributeError as exc:  # another numba-cuda's internals
             _ENABLED, UNAVAILABLE = False, f"{type(exc).__name__}: {exc}"
             return None
     return pool

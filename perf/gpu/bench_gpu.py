@@ -201,14 +201,21 @@ def measure(build: Callable, arg, check: Callable, repeat: int, warmup: int) -> 
     for _ in range(warmup):
         step()
     sync()
+    times = step_times_ms(step, sync, repeat)
+    return {"median_ms": statistics.median(times), "min_ms": min(times),
+            "first_call_s": first_s, "max_rel_error": error}
+
+
+def step_times_ms(step: Callable, sync: Callable, repeat: int) -> list[float]:
+    """Milliseconds of each of ``repeat`` calls of ``step``, the device synchronised after
+    each."""
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
         step()
         sync()
         times.append((time.perf_counter() - t) * 1e3)
-    return {"median_ms": statistics.median(times), "min_ms": min(times),
-            "first_call_s": first_s, "max_rel_error": error}
+    return times
 
 
 def _rel(got, want) -> float:

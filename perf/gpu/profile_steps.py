@@ -17,23 +17,12 @@ import io
 import pstats
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from perf.gpu import bench_gpu as B  # noqa: E402
-
-
-def _median_ms(step, sync, n: int) -> float:
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        step()
-        sync()
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,13 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     cases = [("W3 eager", B.w3_nbgrad, x), ("W3 jit", B.w3_nbgrad_jit, x),
              ("W2 eager", B.w2_nbgrad, inp), ("W2 jit", B.w2_nbgrad_jit, inp)]
     for pool in (True, False, True):
-        memory._ENABLED = pool
+        memory._ENABLED = pool and not memory._cuda_config.ENABLE_CUDASIM  # (no pool there)
         for name, build, arg in cases:
             step, sync, _ = build(arg)
             for _ in range(1 if args.smoke else 3):
                 step()
             sync()
-            ms = _median_ms(step, sync, args.steps)
+            ms = statistics.median(B.step_times_ms(step, sync, args.steps))
             prof = cProfile.Profile()
             prof.enable()
             for _ in range(args.steps):

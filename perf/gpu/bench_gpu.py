@@ -5,7 +5,10 @@ batch 128, float32. W3: value and gradient of ``sum(sin(x)*exp(-x*x) + tanh(x))`
 of 4,000,000 float64 (and 100,000,000 with ``--big``). Each implementation is checked
 against the float64 NumPy reference on its first call, then timed: steady-state
 median of ``--repeat`` calls after ``--warmup`` calls, synchronising the device after
-each call. Peers that are not installed are reported as such.
+each call. ``nbgrad.jit`` rows are then called until no graph of theirs compiles in the
+background and their tiers stay put (:func:`settle`; the row says which tiers and after
+how long), so a fresh machine's background compiles do not leak into the timed calls.
+Peers that are not installed are reported as such.
 
     python perf/gpu/bench_gpu.py [--big] [--repeat 20] [--json perf/results/gpu.json]
     NUMBA_ENABLE_CUDASIM=1 python perf/gpu/bench_gpu.py --smoke --repeat 1   # no GPU
@@ -60,7 +63,11 @@ def w3_nbgrad_jit(x: np.ndarray):
     import nbgrad as nb
     xt = nb.tensor(x, device="cuda")
     step = nb.jit(nb.value_and_grad(lambda v: (nb.sin(v) * nb.exp(-v * v) + nb.tanh(v)).sum()))
-    return (lambda: step(xt)), cuda.synchronize, lambda out: (out[0].item(), out[1].numpy())
+
+    def run():
+        return step(xt)
+    run.jitted = step
+    return run, cuda.synchronize, lambda out: (out[0].item(), out[1].numpy())
 
 
 def w3_torch(x: np.ndarray):
@@ -145,6 +152,7 @@ def w2_nbgrad_jit(inp: dict):
     def step():
         loss, grads, state["params"] = train_step(*state["params"], X, y)
         return loss, grads
+    step.jitted = train_step
 
     return step, cuda.synchronize, lambda out: (out[0].item(), [g.numpy() for g in out[1]])
 
@@ -201,9 +209,37 @@ def measure(build: Callable, arg, check: Callable, repeat: int, warmup: int) -> 
     for _ in range(warmup):
         step()
     sync()
+    settled = settle(step, sync)
     times = step_times_ms(step, sync, repeat)
     return {"median_ms": statistics.median(times), "min_ms": min(times),
-            "first_call_s": first_s, "max_rel_error": error}
+            "first_call_s": first_s, "max_rel_error": error, **settled}
+
+
+#: calls with unchanged tiers after which :func:`settle` takes an ``nbgrad.jit`` row as settled
+STABLE_CALLS = 8
+
+
+def settle(step: Callable, sync: Callable, seconds: float = 120.0) -> dict:
+    """For an ``nbgrad.jit`` row (``step.jitted``): call it until no graph of it is being
+    promoted or compiled in the background and its tiers stayed the same for
+    :data:`STABLE_CALLS` calls, so that the timed calls measure the steady state (on a
+    fresh machine the fused kernels compile in the background for longer than the
+    warm-up); ``{"tiers", "settle_s"}``, or nothing for other rows."""
+    jitted = getattr(step, "jitted", None)
+    if jitted is None:
+        return {}
+    from nbgrad.jit.program import PROMOTING, quiet
+    start = time.perf_counter()
+    last, same = None, 0
+    while time.perf_counter() - start < seconds:
+        step()
+        sync()
+        tiers = {e.tier for e in jitted._cache.values()}
+        same = same + 1 if tiers == last else 0
+        last = tiers
+        if PROMOTING not in tiers and quiet() is not None and same >= STABLE_CALLS:
+            break
+    return {"tiers": ", ".join(sorted(last or ())), "settle_s": time.perf_counter() - start}
 
 
 def step_times_ms(step: Callable, sync: Callable, repeat: int) -> list[float]:
@@ -273,8 +309,9 @@ def _row(workload, impl, build, arg, check, repeat, warmup, only: str = "") -> d
     except Exception as exc:  # noqa: BLE001 - report, then go on with the next peer
         row["error"] = f"{type(exc).__name__}: {exc}"
     line = (f"{workload:<16} {impl:<15} " + (f"{row['median_ms']:10.3f} ms  (first call "
-            f"{row['first_call_s']:.1f} s, rel. error {row['max_rel_error']:.1e})"
-            if "median_ms" in row else row["error"]))
+            f"{row['first_call_s']:.1f} s, rel. error {row['max_rel_error']:.1e}"
+            + (f"; {row['tiers']} after {row['settle_s']:.1f} s" if "tiers" in row else "")
+            + ")" if "median_ms" in row else row["error"]))
     print(line, flush=True)
     return row
 

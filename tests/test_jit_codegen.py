@@ -135,6 +135,45 @@ def test_fusion_never_creates_a_cycle_through_an_opaque_node():
     compile_and_compare(g, [a_, w_])
 
 
+def test_sibling_regions_that_read_one_value_run_as_one_loop():
+    # three sums of products with x (the gradient of a GP's hyperparameters has this
+    # form): no region feeds another, so each started a loop of its own over x
+    def f(x, y, z):
+        return nb.sum(x * y), nb.sum(x * z), nb.sum(-x * y / 3.0)
+
+    arrays = [np.random.default_rng(k).standard_normal((6, 5)) for k in range(3)]
+    g = trace(f, *arrays)
+    regions = [grp for grp in fusion.plan(g).groups if grp.kind == "region"]
+    assert len(regions) == 1
+    assert [r.node.op for r in regions[0].reductions] == ["sum", "sum", "sum"]
+    compiled, _ = compile_and_compare(g, arrays)
+    assert body_of(compiled.source()).count("for i0 in range(6)") == 1
+
+
+def test_adjacent_regions_with_nothing_in_common_stay_apart():
+    # on the CPU, merging unrelated loops saves no pass over memory (CUDA merges them:
+    # one launch fewer)
+    g = trace(lambda x, y: (nb.sum(x * 2.0), nb.sum(y * 3.0)),
+              *[np.random.default_rng(k).standard_normal(7) for k in range(2)])
+    plan = fusion.plan(g)
+    assert [len(grp.reductions) for grp in plan.groups if grp.kind == "region"] == [1, 1]
+    merged = fusion.merge_adjacent(plan.groups)
+    assert [len(grp.reductions) for grp in merged] == [2]
+
+
+def test_a_region_that_reads_a_sibling_sum_is_not_merged_into_it():
+    # the second loop reads the first one's total: it must run after that loop ends
+    def f(x, y):
+        s = nb.sum(x * y)
+        return s, nb.sum(x * s)
+
+    arrays = [np.random.default_rng(k).standard_normal(8) for k in range(2)]
+    g = trace(f, *arrays)
+    regions = [grp for grp in fusion.plan(g).groups if grp.kind == "region"]
+    assert len(regions) == 2
+    compile_and_compare(g, arrays)
+
+
 def test_unstack_invariants_reads_the_invariant_instead_of_a_stack():
     # a forward loop that stacks an invariant each step, and a reverse loop reading it
     x, inv = Var((3,), np.float64), Var((3,), np.float64)

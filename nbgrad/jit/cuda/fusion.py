@@ -123,33 +123,6 @@ def _fusable_reduction(red: Reduction, nd: int) -> bool:
 
 
 # ------------------------------------------------------------------ grouping
-def merge_adjacent(groups: list[Group]) -> list[Group]:
-    """Merge each region into the region just before it when they share the iteration
-    space and the later one reads neither the earlier one's reduction results nor its
-    values at other elements.
-
-    Groups are in a valid execution order, so everything the later region reads is
-    defined before the earlier one or (per element) inside it: the merged region is
-    still in a valid order.
-    """
-    out: list[Group] = []
-    for g in groups:
-        prev = out[-1] if out else None
-        if prev is not None and g.kind == "region" and prev.kind == "region" and \
-                g.shape == prev.shape:
-            late = {id(r.out) for r in prev.reductions}
-            mine = {id(n.outputs[0]) for n in prev.nodes}
-            # values of ``prev`` read at another element (``y[::-1]``) need memory
-            shifted = any(id(a.var) in mine and not a.is_identity(g.shape)
-                          for n in g.nodes for a in fusion.operand_accesses(n))
-            if not shifted and not any(id(v) in late for v in g.reads()):
-                out[-1] = Group("region", prev.shape, prev.nodes + g.nodes,
-                                prev.reductions + g.reductions, prev.first)
-                continue
-        out.append(g)
-    return out
-
-
 def _mark_stores(groups: list[Group], outputs: Sequence[Var]) -> None:
     needed = {id(v) for v in outputs}
     for g in groups:
@@ -343,7 +316,7 @@ class CudaExecutable(Executable):
         super().__init__(graph)
         _check_supported(graph)
         self.numbers = _numbers(graph)
-        groups = merge_adjacent(fusion.plan(graph).groups)
+        groups = fusion.merge_adjacent(fusion.plan(graph).groups)
         _mark_stores(groups, graph.outputs)
         self.groups = groups
         literals: dict[int, str] = {}

@@ -440,7 +440,7 @@ def plan(graph: Graph, outputs: Sequence[Var] | None = None) -> Plan:
         deps[gid].update(g for g in (gof(v) for v in reads) if g is not None)
         for v in node.outputs:
             producer[id(v)] = gid
-    ordered = _toposort(groups, deps, uf)
+    ordered = merge_adjacent(_toposort(groups, deps, uf), shared_only=True)
     _mark_stores(ordered, graph.outputs if outputs is None else outputs)
     fused = sum(1 for g in ordered if g.kind == "region"
                 and len(g.nodes) + len(g.reductions) > 1)
@@ -482,6 +482,39 @@ def _toposort(groups: dict[int, Group], deps: dict[int, set[int]], uf: _UnionFin
                 heapq.heappush(heap, (groups[u].first, u))
     if len(out) != len(ids):  # pragma: no cover - the merge rule keeps groups acyclic
         raise RuntimeError("nbgrad.jit fusion: grouping produced a cycle")
+    return out
+
+
+def merge_adjacent(groups: list[Group], shared_only: bool = False) -> list[Group]:
+    """Merge each region into the region just before it when they share the iteration
+    space and the later one reads neither the earlier one's reduction results nor its
+    values at other elements (siblings, such as the several ``sum_to`` of one gradient,
+    then run as one loop). With ``shared_only``, only regions that read a value in
+    common, or the later one a value of the earlier one, are merged (one pass over that
+    value instead of two; unrelated loops stay apart).
+
+    Groups are in a valid execution order, so everything the later region reads is
+    defined before the earlier one or (per element) inside it: the merged region is
+    still in a valid order.
+    """
+    out: list[Group] = []
+    for g in groups:
+        prev = out[-1] if out else None
+        if prev is not None and g.kind == "region" and prev.kind == "region" and \
+                g.shape == prev.shape:
+            late = {id(r.out) for r in prev.reductions}
+            mine = {id(n.outputs[0]) for n in prev.nodes}
+            # values of ``prev`` read at another element (``y[::-1]``) need memory
+            shifted = any(id(a.var) in mine and not a.is_identity(g.shape)
+                          for n in g.nodes for a in operand_accesses(n))
+            reads = {id(v) for v in g.reads()}
+            shared = not shared_only or bool(
+                reads & (mine | {id(v) for v in prev.reads()}))
+            if shared and not shifted and not reads & late:
+                out[-1] = Group("region", prev.shape, prev.nodes + g.nodes,
+                                prev.reductions + g.reductions, prev.first)
+                continue
+        out.append(g)
     return out
 
 

@@ -183,7 +183,7 @@ def cholesky_batched(a, out):
 # keyed by the native's own file (and so is tier 2's ``native_digest``): code inlined
 # from another file would go stale there. Column-major routines see a C-order matrix
 # transposed; the wrappers set the flags for that.
-_BLAS_NAMES = ("strsm", "dtrsm", "strsv", "dtrsv")
+_BLAS_NAMES = ("strsm", "dtrsm", "strsv", "dtrsv", "strmm", "dtrmm")
 _BLAS_SLOTS = (ctypes.c_void_p * len(_BLAS_NAMES))()
 
 
@@ -319,6 +319,45 @@ def _trsm(a, b, lower, unit, left, trans):
     return impl
 
 
+def trmm(a, b, lower, trans):
+    """``b[...] = op(a) @ b`` in place for a triangular ``a``: only its ``lower`` (else
+    upper) triangle is read, ``op(a) = a.T`` when ``trans``. ``a`` (n, n) and ``b`` (n, k)
+    are C-contiguous 2-D float32 or float64 arrays of one dtype (BLAS ``?trmm``: half the
+    work of a general product)."""
+
+
+@overload(trmm)
+def _trmm(a, b, lower, trans):
+    _check("trmm", a, b)
+    double = a.dtype == types.float64
+    dtype = np.float64 if double else np.float32
+    which = _BLAS_NAMES.index("dtrmm" if double else "strmm")
+
+    def impl(a, b, lower, trans):
+        if b.size == 0:
+            return
+        flags = np.empty(4, np.uint8)
+        ints = np.empty(4, np.int32)
+        alpha = np.ones(1, dtype)
+        f, i = flags.ctypes.data, ints.ctypes.data
+        # column-major BLAS sees the C-order a as a.T and b as b.T:
+        # op(a) b  <=>  b.T op(a).T (side R); a.T's triangle is the other one
+        flags[0] = 82                      # 'R'
+        flags[1] = 85 if lower else 76     # 'U' : 'L'
+        flags[2] = 84 if trans else 78     # 'T' : 'N'
+        flags[3] = 78                      # 'N': the diagonal is read
+        ints[0] = b.shape[1]               # m: rows of b.T
+        ints[1] = b.shape[0]               # n: columns of b.T
+        ints[2] = max(a.shape[0], 1)       # lda
+        ints[3] = max(b.shape[1], 1)       # ldb
+        _call_void(_blas_function(which),
+                   (f, f + 1, f + 2, f + 3, i, i + 4, alpha.ctypes.data, a.ctypes.data,
+                    i + 8, b.ctypes.data, i + 12))
+        _keep_alive(flags, ints, alpha, a, b)
+
+    return impl
+
+
 @njit(**OPTS)
 def _keep_alive(*arrays):
     """A use of ``arrays`` after the call (Numba may free an array after its last use,
@@ -422,6 +461,18 @@ def solve_native(A, B, a_shape, b_matrix, a_full, b_full, a_stack, b_stack, pref
         if not ok:
             raise LinAlgError(prefix + _lapack_failure(a[i], b[i]) + suffix)
     return out.reshape(-1)
+
+
+@njit(**OPTS)
+def triangular_matmul_native(A, B, upper, transpose, a_shape, b_shape, a_full, b_full,
+                             a_stack, b_stack):
+    """``op(T) @ B`` for the upper (else lower) triangle ``T`` of each ``A``, ``op(T) = T.T``
+    when ``transpose`` (BLAS ``trmm``), batches broadcast."""
+    a = view3(broadcast(A, a_shape, a_full), a_stack)
+    x = view3(broadcast(B, b_shape, b_full).copy(), b_stack)
+    for i in range(a_stack[0] if x.size else 0):
+        trmm(a[i], x[i], not upper, transpose)
+    return x.reshape(-1)
 
 
 @njit(**OPTS)

@@ -26,7 +26,7 @@ from .traits import NativePlan, Opaque, batching
 
 # nothing at the top level: nbgrad.linalg is the public address; nbgrad.det, .inverse and
 # .slogdet (also Tensor methods) are thin wrappers in nbgrad.ops.linalg
-__all__: list[str] = []
+__all__: list[str] = ["triangular_matmul"]
 
 
 class SlogdetResult(NamedTuple):
@@ -250,3 +250,41 @@ def solve_triangular(A: Tensor, B: Tensor, *, upper: bool | None = None, left: b
                            f"{B.shape} do not broadcast") from None
     return apply(get("linalg.solve_triangular"),
                  (A, B, bool(upper), bool(left), bool(unitriangular)))
+
+
+# ------------------------------------------------------------------ triangular product
+def _triangular_matmul_static(attrs: dict, shapes: tuple) -> NativePlan:
+    A, B = tuple(shapes[0]), tuple(shapes[1])
+    batch, *plan = _broadcast_plan(A, B)
+    return NativePlan((bool(attrs["upper"]), bool(attrs["transpose"]), A, B, *plan),
+                      (batch + B[-2:],))
+
+
+_TRIANGULAR_MATMUL = Opaque(native=blas.triangular_matmul_native,
+                            static=_triangular_matmul_static)
+
+
+@kernel("triangular_matmul", kind=_TRIANGULAR_MATMUL, batch=batching("leading", 2, 2))
+def _triangular_matmul_kernel(A, B, upper, transpose):
+    return call_native(_TRIANGULAR_MATMUL, (A, B), {"upper": upper, "transpose": transpose})
+
+
+@op_function("triangular_matmul")
+def triangular_matmul(A: Tensor, B: Tensor, *, upper: bool, transpose: bool = False
+                      ) -> Tensor:
+    """``T @ B`` (``T.mT @ B`` when ``transpose``) for ``T`` the upper (``upper=True``) or
+    lower triangle of the square ``A``: only that triangle is read (BLAS ``trmm``, half
+    the work of ``matmul``). ``B`` is a matrix ``(..., n, k)``; batch dimensions
+    broadcast. Cholesky's backward multiplies by its factor with it."""
+    A, B = promote_operands(A, B)
+    A, B = _float("triangular_matmul", A), _float("triangular_matmul", B)
+    _square("triangular_matmul", A)
+    if B.ndim < 2 or B.shape[-2] != A.shape[-1]:
+        raise RuntimeError(f"triangular_matmul: A of shape {A.shape} and B of shape "
+                           f"{B.shape} do not fit (B needs n rows: (..., n, k))")
+    try:
+        np.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    except ValueError:
+        raise RuntimeError(f"triangular_matmul: batch dimensions of A {A.shape} and B "
+                           f"{B.shape} do not broadcast") from None
+    return apply(get("triangular_matmul"), (A, B, bool(upper), bool(transpose)))

@@ -106,6 +106,22 @@ def _solve_triangular_samples(rng):
     ]
 
 
+def _triangular_matmul_ref(A, B, upper, transpose=False):
+    T = np.triu(A) if upper else np.tril(A)
+    return np.swapaxes(T, -1, -2) @ B if transpose else T @ B
+
+
+def _triangular_matmul_samples(rng):
+    return [
+        Sample((_arr(rng, 3, 3), _arr(rng, 3, 2)), {"upper": False}, note="lower"),
+        Sample((_arr(rng, 3, 3), _arr(rng, 3, 4)), {"upper": True, "transpose": True},
+               note="upper-transposed"),
+        Sample((_arr(rng, 2, 3, 3), _arr(rng, 3, 2)), {"upper": False, "transpose": True},
+               note="batch-broadcast-A"),
+        Sample((_arr(rng, 3, 3), _arr(rng, 2, 3, 1)), {"upper": True}, note="batch-broadcast-B"),
+    ]
+
+
 RECORDS = [
     OpRecord("einsum", _einsum_samples, ref=lambda eq, *ops_: np.einsum(eq, *ops_),
              ref_rtol=1e-9),
@@ -153,6 +169,8 @@ RECORDS = [
              ref=lambda A, upper=False: _chol_ref(_sym(A), upper), ref_rtol=1e-9),
     OpRecord("linalg.solve_triangular", _solve_triangular_samples,
              ref=_solve_triangular_ref, ref_rtol=1e-9),
+    OpRecord("triangular_matmul", _triangular_matmul_samples, ref=_triangular_matmul_ref,
+             ref_rtol=1e-12),
 ]
 
 

@@ -278,45 +278,56 @@ def _check(name: str, *arrays) -> None:
 def _trsm(a, b, lower, unit, left, trans):
     _check("trsm", a, b)
     double = a.dtype == types.float64
-    dtype = np.float64 if double else np.float32
     which_trsm, which_trsv = _BLAS_NAMES.index("dtrsm" if double else "strsm"), \
         _BLAS_NAMES.index("dtrsv" if double else "strsv")
 
     def impl(a, b, lower, unit, left, trans):
         if b.size == 0:
             return
+        if b.shape[1 if left else 0] != 1:
+            _level3(_blas_function(which_trsm), left, lower, trans, unit, a, b)
+            return
+        # one right-hand side, contiguous: ?trsv
         n = a.shape[0]
-        flags = np.empty(4, np.uint8)
-        ints = np.empty(4, np.int32)
-        alpha = np.ones(1, dtype)
+        flags = np.empty(3, np.uint8)
+        ints = np.empty(3, np.int32)
         f, i = flags.ctypes.data, ints.ctypes.data
-        if b.shape[1 if left else 0] == 1:  # one right-hand side, contiguous: ?trsv
-            flags[0] = 85 if lower else 76     # 'U' : 'L' (the triangle of a.T)
-            flags[1] = 84 if left != trans else 78  # a.T solves x op(a) = b: 'N'
-            flags[2] = 85 if unit else 78
-            ints[0] = n
-            ints[1] = max(n, 1)
-            ints[2] = 1
-            _call_void(_blas_function(which_trsv),
-                       (f, f + 1, f + 2, i, a.ctypes.data, i + 4, b.ctypes.data, i + 8))
-        else:
-            # Column-major BLAS sees the C-order a as a.T and b as b.T:
-            # op(a) x = b  <=>  x.T op(a).T = b.T  (side R), and x op(a) = b  <=>
-            # op(a).T x.T = b.T (side L); a.T's triangle is the other one.
-            flags[0] = 82 if left else 76      # 'R' : 'L'
-            flags[1] = 85 if lower else 76     # 'U' : 'L'
-            flags[2] = 84 if trans else 78     # 'T' : 'N'
-            flags[3] = 85 if unit else 78      # 'U' : 'N'
-            ints[0] = b.shape[1]               # m: rows of b.T
-            ints[1] = b.shape[0]               # n: columns of b.T
-            ints[2] = max(n, 1)                # lda
-            ints[3] = max(b.shape[1], 1)       # ldb
-            _call_void(_blas_function(which_trsm),
-                       (f, f + 1, f + 2, f + 3, i, i + 4, alpha.ctypes.data, a.ctypes.data,
-                        i + 8, b.ctypes.data, i + 12))
-        _keep_alive(flags, ints, alpha, a, b)
+        flags[0] = 85 if lower else 76     # 'U' : 'L' (the triangle of a.T)
+        flags[1] = 84 if left != trans else 78  # a.T solves x op(a) = b: 'N'
+        flags[2] = 85 if unit else 78
+        ints[0] = n
+        ints[1] = max(n, 1)
+        ints[2] = 1
+        _call_void(_blas_function(which_trsv),
+                   (f, f + 1, f + 2, i, a.ctypes.data, i + 4, b.ctypes.data, i + 8))
+        _keep_alive(flags, ints, a, b)
 
     return impl
+
+
+@njit(**OPTS)
+def _level3(function, left, lower, trans, unit, a, b):
+    """BLAS ``?trsm`` or ``?trmm`` (one argument list) at address ``function``, alpha 1,
+    in place in the C-order ``b`` for the C-order triangular ``a``: ``op(a) x = b`` or
+    ``b := op(a) b`` (``left``), else ``x op(a) = b`` or ``b := b op(a)``. Column-major
+    BLAS sees ``a`` as ``a.T`` and ``b`` as ``b.T``: ``op(a) x = b  <=>  x.T op(a).T =
+    b.T`` (side R), and ``x op(a) = b  <=>  op(a).T x.T = b.T`` (side L); ``a.T``'s
+    triangle is the other one."""
+    flags = np.empty(4, np.uint8)
+    ints = np.empty(4, np.int32)
+    alpha = np.ones(1, b.dtype)
+    f, i = flags.ctypes.data, ints.ctypes.data
+    flags[0] = 82 if left else 76      # 'R' : 'L'
+    flags[1] = 85 if lower else 76     # 'U' : 'L'
+    flags[2] = 84 if trans else 78     # 'T' : 'N'
+    flags[3] = 85 if unit else 78      # 'U' : 'N'
+    ints[0] = b.shape[1]               # m: rows of b.T
+    ints[1] = b.shape[0]               # n: columns of b.T
+    ints[2] = max(a.shape[0], 1)       # lda
+    ints[3] = max(b.shape[1], 1)       # ldb
+    _call_void(function, (f, f + 1, f + 2, f + 3, i, i + 4, alpha.ctypes.data,
+                          a.ctypes.data, i + 8, b.ctypes.data, i + 12))
+    _keep_alive(flags, ints, alpha, a, b)
 
 
 def trmm(a, b, lower, trans):
@@ -329,31 +340,11 @@ def trmm(a, b, lower, trans):
 @overload(trmm)
 def _trmm(a, b, lower, trans):
     _check("trmm", a, b)
-    double = a.dtype == types.float64
-    dtype = np.float64 if double else np.float32
-    which = _BLAS_NAMES.index("dtrmm" if double else "strmm")
+    which = _BLAS_NAMES.index("dtrmm" if a.dtype == types.float64 else "strmm")
 
     def impl(a, b, lower, trans):
-        if b.size == 0:
-            return
-        flags = np.empty(4, np.uint8)
-        ints = np.empty(4, np.int32)
-        alpha = np.ones(1, dtype)
-        f, i = flags.ctypes.data, ints.ctypes.data
-        # column-major BLAS sees the C-order a as a.T and b as b.T:
-        # op(a) b  <=>  b.T op(a).T (side R); a.T's triangle is the other one
-        flags[0] = 82                      # 'R'
-        flags[1] = 85 if lower else 76     # 'U' : 'L'
-        flags[2] = 84 if trans else 78     # 'T' : 'N'
-        flags[3] = 78                      # 'N': the diagonal is read
-        ints[0] = b.shape[1]               # m: rows of b.T
-        ints[1] = b.shape[0]               # n: columns of b.T
-        ints[2] = max(a.shape[0], 1)       # lda
-        ints[3] = max(b.shape[1], 1)       # ldb
-        _call_void(_blas_function(which),
-                   (f, f + 1, f + 2, f + 3, i, i + 4, alpha.ctypes.data, a.ctypes.data,
-                    i + 8, b.ctypes.data, i + 12))
-        _keep_alive(flags, ints, alpha, a, b)
+        if b.size:
+            _level3(_blas_function(which), True, lower, trans, False, a, b)
 
     return impl
 

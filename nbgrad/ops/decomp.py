@@ -59,6 +59,16 @@ def _where(op: str, shape: tuple) -> tuple[str, str]:
     return f"{op}: ", f" (input of shape {tuple(shape)})"
 
 
+def _check_batches(op: str, A: Tensor, B: Tensor, b_batch: tuple) -> None:
+    """RuntimeError naming ``op`` and both shapes unless the batch dimensions of ``A``
+    (all but its last two) and ``b_batch`` (``B``'s) broadcast."""
+    try:
+        np.broadcast_shapes(A.shape[:-2], b_batch)
+    except ValueError:
+        raise RuntimeError(f"{op}: batch dimensions of A {tuple(A.shape)} and B "
+                           f"{tuple(B.shape)} do not broadcast") from None
+
+
 def _lapack_kind(op: str, native) -> Opaque:
     return Opaque(native=native, static=lambda attrs, shapes: NativePlan(
         (_stack_shape(shapes[0]), *_where(op, shapes[0])), (tuple(shapes[0]),)))
@@ -170,11 +180,7 @@ def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:
     if B.ndim == 0 or rows != A.shape[-1]:
         raise RuntimeError(f"linalg.solve: A of shape {A.shape} and B of shape {B.shape} "
                            "do not fit (B needs n rows)")
-    try:
-        np.broadcast_shapes(A.shape[:-2], (B.shape[:-1] if vector else B.shape[:-2]))
-    except ValueError:
-        raise RuntimeError(f"linalg.solve: batch dimensions of A {A.shape} and B {B.shape} "
-                           "do not broadcast") from None
+    _check_batches("linalg.solve", A, B, B.shape[:-1] if vector else B.shape[:-2])
     return apply(get("linalg.solve"), (A, B))
 
 
@@ -243,11 +249,7 @@ def solve_triangular(A: Tensor, B: Tensor, *, upper: bool | None = None, left: b
     if n != A.shape[-1]:
         raise RuntimeError(f"linalg.solve_triangular: A of shape {A.shape} and B of shape "
                            f"{B.shape} do not fit (left={left})")
-    try:
-        np.broadcast_shapes(A.shape[:-2], B.shape[:-2])
-    except ValueError:
-        raise RuntimeError(f"linalg.solve_triangular: batch dimensions of A {A.shape} and B "
-                           f"{B.shape} do not broadcast") from None
+    _check_batches("linalg.solve_triangular", A, B, B.shape[:-2])
     return apply(get("linalg.solve_triangular"),
                  (A, B, bool(upper), bool(left), bool(unitriangular)))
 
@@ -282,9 +284,5 @@ def triangular_matmul(A: Tensor, B: Tensor, *, upper: bool, transpose: bool = Fa
     if B.ndim < 2 or B.shape[-2] != A.shape[-1]:
         raise RuntimeError(f"triangular_matmul: A of shape {A.shape} and B of shape "
                            f"{B.shape} do not fit (B needs n rows: (..., n, k))")
-    try:
-        np.broadcast_shapes(A.shape[:-2], B.shape[:-2])
-    except ValueError:
-        raise RuntimeError(f"triangular_matmul: batch dimensions of A {A.shape} and B "
-                           f"{B.shape} do not broadcast") from None
+    _check_batches("triangular_matmul", A, B, B.shape[:-2])
     return apply(get("triangular_matmul"), (A, B, bool(upper), bool(transpose)))

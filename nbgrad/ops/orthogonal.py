@@ -15,7 +15,7 @@ from ..factories import empty
 from ..kernels import lapack
 from ..kernels.layout import call_native
 from ..tensor import Tensor
-from .decomp import _float, _square, _stack_shape, _where
+from .decomp import _check_batches, _float, _square, _stack_shape, _where
 from .dispatch import apply, promote_operands
 from .linalg import matmul
 from .reduction import amax, sum
@@ -144,11 +144,7 @@ def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *,
     if Bm.ndim < 2 or Bm.shape[-2] != m:
         raise RuntimeError(f"linalg.lstsq: A of shape {tuple(A.shape)} and B of shape "
                            f"{tuple(B.shape)} do not fit (B needs m = {m} rows)")
-    try:
-        np.broadcast_shapes(A.shape[:-2], Bm.shape[:-2])
-    except ValueError:
-        raise RuntimeError(f"linalg.lstsq: batch dimensions of A {tuple(A.shape)} and B "
-                           f"{tuple(B.shape)} do not broadcast") from None
+    _check_batches("linalg.lstsq", A, B, Bm.shape[:-2])
     if rcond is None:
         rcond = float(np.finfo(A.dtype).eps) * max(m, n)
     X = matmul(pinv(A, rtol=float(rcond)), Bm)

@@ -88,3 +88,51 @@ def test_dead_code_drops_carries_that_only_feed_themselves():
     (entry,) = f._cache.values()
     loops = [n for n in dce(entry.traced).nodes if n.op == LOOP]
     assert [LoopInfo.of(n).n_carry for n in loops] == [1]
+
+
+def _feeding_carry(x):
+    """The second carry's final value is unread, but the first reads it every step."""
+    c = nb.fori_loop(0, 3, lambda i, c: (c[0] * 2.0 + c[1], c[1] * x), (x, x))
+    return c[0].sum()
+
+
+def _feeding_chain(x):
+    """A chain of two such carries (two last steps to take out), and the counter."""
+    def body(i, c):
+        return c[0] + c[1] * i, c[1] + c[2], c[2] * x
+    return nb.fori_loop(1, 5, body, (x, x, x))[0].sum()
+
+
+@pytest.mark.parametrize("mode", ["interpret", "compile"])
+@pytest.mark.parametrize("value", [1.0, 1e308, np.inf])
+@pytest.mark.parametrize("fn", [_feeding_carry, _feeding_chain])
+def test_a_carry_only_other_carries_read_gets_no_last_step_gradient(fn, mode, value):
+    """Eager never differentiates the last updates of a carry whose final value nothing
+    reads; the jitted graph takes those steps out of the loop before it is
+    differentiated (``passes.peel_unread_carries``), so no zero cotangent meets
+    ``x = inf`` there (NaN before)."""
+    x = nb.tensor(np.array([value]), requires_grad=True)
+    with np.errstate(all="ignore"):
+        fn(x).backward()
+        eager = x.grad.numpy()
+        jf = nb.jit(fn, mode=mode)
+        for _ in range(2):
+            xj = nb.tensor(np.array([value]), requires_grad=True)
+            jf(xj).backward()
+            np.testing.assert_array_equal(xj.grad.numpy(), eager)
+    assert not np.isnan(eager).any()
+
+
+def test_peeling_takes_out_only_the_steps_needed():
+    from nbgrad.jit.trace.ir import LOOP, LoopInfo
+    from nbgrad.jit.trace.passes import BEFORE_AUTODIFF, optimize, peel_unread_carries
+    for fn, steps, peeled in ((_feeding_carry, 3, 1), (_feeding_chain, 4, 2),
+                              (_unread_carry, 3, 0)):
+        f = nb.jit(fn, mode="interpret")
+        f(nb.tensor(np.array([1.0])))
+        (entry,) = f._cache.values()
+        graph = optimize(entry.traced, BEFORE_AUTODIFF)
+        (loop,) = [n for n in graph.nodes if n.op == LOOP]
+        assert LoopInfo.of(loop).count == steps - peeled
+        if not peeled:  # a loop that needs none is left as it is
+            assert peel_unread_carries(graph) is graph

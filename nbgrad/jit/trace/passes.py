@@ -13,6 +13,8 @@ its elementwise fusion there): a pass is a function ``Graph -> Graph``.
   shape) into constants.
 - :func:`hoist_invariants`: moves loop-body nodes that depend only on loop
   invariants out of the loop.
+- :func:`peel_unread_carries`: before a graph is differentiated, takes a loop's last
+  steps out of it where a carry nothing reads afterwards feeds the others.
 """
 
 from __future__ import annotations
@@ -259,6 +261,104 @@ def hoist_invariants(graph: Graph) -> Graph:
     return Graph(list(graph.inputs), consts, nodes, list(graph.outputs))
 
 
+# ------------------------------------------------------------------ last steps of loops
+#: most final steps of a loop that :func:`peel_unread_carries` takes out of it
+MAX_PEEL = 4
+
+
+def _carries_read(info: LoopInfo, outs: set[int]) -> set[int]:
+    """The carries one step of the loop reads to compute its carry outputs ``outs``."""
+    body = info.body
+    wanted = [body.outputs[k] for k in sorted(outs)]
+    read = {id(v) for n in dce_nodes(body.nodes, wanted) for v in n.inputs if v is not None}
+    read.update(id(v) for v in wanted)
+    _, carry, _, _ = info.body_inputs()
+    return {k for k, v in enumerate(carry) if id(v) in read}
+
+
+def _steps_to_peel(info: LoopInfo, final: set[int]) -> int:
+    """How many last steps to take out of the loop so that every carry the shortened
+    loop returns is read after it (0: none needed, or more than :data:`MAX_PEEL`)."""
+    now = final
+    for t in range(min(MAX_PEEL, info.count - 1) + 1):
+        reads = _carries_read(info, now)
+        if reads <= now:
+            return t
+        now = reads
+    return 0
+
+
+def _append_step(info: LoopInfo, j: int, carry: list[Var], inv: list[Var],
+                 nodes: list[Node], consts: dict) -> list[Var]:
+    """Append the body's nodes for step ``j`` (fresh values; the counter a constant) to
+    ``nodes``; the carries after it."""
+    body = info.body
+    idx, b_carry, _, b_inv = info.body_inputs()
+    m: dict[int, Var] = {id(b): v for b, v in zip(b_carry + b_inv, carry + inv, strict=True)}
+    if idx is not None:
+        start, step = info.index
+        c = idx.like()
+        consts[c] = np.array(start + step * j, idx.dtype)
+        m[id(idx)] = c
+    for cv, arr in body.consts.items():
+        nv = cv.like()
+        consts[nv] = arr
+        m[id(cv)] = nv
+    for n in body.nodes:
+        outs = [v.like() for v in n.outputs]
+        for a, b in zip(n.outputs, outs, strict=True):
+            m[id(a)] = b
+        nodes.append(Node(n.op, [None if v is None else m[id(v)] for v in n.inputs], outs,
+                          n.attrs))
+    return [m[id(v)] for v in body.outputs[:info.n_carry]]
+
+
+def peel_unread_carries(graph: Graph) -> Graph:
+    """Take a loop's last steps out of it where a carry that nothing reads after the loop
+    is read by the other carries' updates (``c0' = 2 c0 + c1``, ``c1' = c1 x``, only ``c0``
+    used), before the graph is differentiated.
+
+    Eager mode never differentiates the last updates of such a carry (nothing reads
+    them); the loop's backward would give them a zero cotangent and multiply it by their
+    derivative, ``0 * inf = NaN`` where that is infinite (finding F4). The loop runs
+    ``t`` steps fewer and the body's nodes follow it once per peeled step, until every
+    carry the shortened loop returns is read (at most :data:`MAX_PEEL` steps; loops
+    with stacked inputs or outputs, or custom Functions, are left as they are); dead-code
+    removal then drops the unread updates. Loops that need none are not touched.
+    """
+    read = {id(v) for n in graph.nodes for v in n.inputs if v is not None}
+    read.update(id(v) for v in graph.outputs)
+    nodes: list[Node] = []
+    consts = dict(graph.consts)
+    rename: dict[int, Var] = {}
+    for node in graph.nodes:
+        if rename:
+            ins = [None if v is None else rename.get(id(v), v) for v in node.inputs]
+            if any(a is not b for a, b in zip(ins, node.inputs, strict=True)):
+                node = Node(node.op, ins, node.outputs, node.attrs)
+        info = LoopInfo.of(node) if node.op == LOOP else None
+        if info is None or info.n_xs or info.n_ys or \
+                any(n.op in IMPURE for n in info.body.walk()):
+            nodes.append(node)
+            continue
+        nc = info.n_carry
+        peel = _steps_to_peel(info, {k for k in range(nc) if id(node.outputs[k]) in read})
+        if not peel:
+            nodes.append(node)
+            continue
+        short = replace(info, count=info.count - peel)
+        carry = [v.like() for v in node.outputs[:nc]]
+        nodes.append(make_loop(list(node.inputs), carry, short))
+        inv = list(node.inputs[nc:])
+        for j in range(info.count - peel, info.count):
+            carry = _append_step(info, j, carry, inv, nodes, consts)
+        rename.update((id(o), v) for o, v in zip(node.outputs, carry, strict=True))
+    if not rename:
+        return graph
+    outputs = [rename.get(id(v), v) for v in graph.outputs]
+    return dce(Graph(list(graph.inputs), consts, nodes, outputs))
+
+
 #: the standard pipeline; tier 2 may append passes (e.g. elementwise fusion)
 PASSES: list[GraphPass] = [fold_constants, cse, hoist_invariants, dce]
 
@@ -267,7 +367,7 @@ PASSES: list[GraphPass] = [fold_constants, cse, hoist_invariants, dce]
 #: the backward sum the gradients of merged or hoisted uses before it multiplies by
 #: their derivative, where eager multiplies each use's gradient first (at overflow,
 #: ``inf * 0`` where eager has ``0``: finding F5); the split graphs are optimized whole
-BEFORE_AUTODIFF: tuple[GraphPass, ...] = (fold_constants, dce)
+BEFORE_AUTODIFF: tuple[GraphPass, ...] = (fold_constants, dce, peel_unread_carries)
 
 
 def optimize(graph: Graph, passes: Sequence[GraphPass] | None = None) -> Graph:

@@ -10,6 +10,8 @@ import functools
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import nbgrad as nb
 from nbgrad.testing.fuzz import runner
@@ -136,3 +138,75 @@ def test_peeling_takes_out_only_the_steps_needed():
         assert LoopInfo.of(loop).count == steps - peeled
         if not peeled:  # a loop that needs none is left as it is
             assert peel_unread_carries(graph) is graph
+
+
+# ------------------------------------------------------------------ F4's siblings
+#: updates of carry k: ``(name, fn(carries, k, i, x))``; each reads its own carry and,
+#: through ``feed``, the next one (the last carry reads only itself)
+_UPDATES = {
+    "scale": lambda c, k, i, x: c[k] * x,
+    "affine": lambda c, k, i, x: 0.5 * c[k] + x,
+    "tanh": lambda c, k, i, x: nb.tanh(c[k]) * x,
+    "counter": lambda c, k, i, x: 0.9 * c[k] + 0.1 * i * x,
+}
+
+
+@st.composite
+def _carry_loops(draw):
+    n = draw(st.integers(2, 3))
+    updates = [draw(st.sampled_from(sorted(_UPDATES))) for _ in range(n)]
+    feeds = [draw(st.booleans()) for _ in range(n - 1)] + [False]
+    read = draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n - 1))
+    steps = draw(st.integers(1, 5))
+    value = draw(st.sampled_from([0.7, -1.3, 1e308, np.inf, -np.inf]))
+    return n, updates, feeds, sorted(read), steps, value
+
+
+def _check_carry_loop(case, mode):
+    """``nbgrad.jit(f)`` then ``.backward()`` against eager (a Python loop) on ``case``."""
+    n, updates, feeds, read, steps, value = case
+
+    def body(i, c, x):
+        return tuple(_UPDATES[updates[k]](c, k, i, x) + (0.25 * c[k + 1] if feeds[k] else 0.0)
+                     for k in range(n))
+
+    def f(x):
+        out = nb.fori_loop(0, steps, lambda i, c: body(i, c, x), (x,) * n)
+        return sum(out[k].sum() for k in read)
+
+    with np.errstate(all="ignore"):
+        x = nb.tensor(np.array([value, 0.5]), requires_grad=True)
+        c = (x,) * n
+        for i in range(steps):  # eager: a Python loop
+            c = body(nb.tensor(np.int64(i)), c, x)
+        loss = sum(c[k].sum() for k in read)
+        loss.backward()
+        want_loss, want = loss.numpy(), x.grad.numpy()
+        xj = nb.tensor(np.array([value, 0.5]), requires_grad=True)
+        got_loss = nb.jit(f, mode=mode)(xj)
+        got_loss.backward()
+    np.testing.assert_array_equal(np.isnan(got_loss.numpy()), np.isnan(want_loss))
+    np.testing.assert_array_equal(np.isnan(xj.grad.numpy()), np.isnan(want))
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(xj.grad.numpy()[~finite], want[~finite])
+    np.testing.assert_allclose(xj.grad.numpy()[finite], want[finite], rtol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore")
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_carry_loops())
+def test_loops_with_unread_carries_differentiate_as_eager(case):
+    """Random fori_loops of 2-3 carries, each update reading its own carry and maybe
+    the next, some carries unread after the loop, on ordinary and special inputs:
+    ``nbgrad.jit(f)`` then ``.backward()`` gives eager's value and gradient (NaN where
+    eager has NaN, the same infinities) in tier 1. Without ``peel_unread_carries`` it
+    finds a loop of one step whose unread second carry feeds the first, at ``inf``."""
+    _check_carry_loop(case, "interpret")
+
+
+@pytest.mark.filterwarnings("ignore")
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_carry_loops())
+def test_loops_with_unread_carries_differentiate_as_eager_in_tier_2(case):
+    """The same in tier 2 (a few cases: each compiles)."""
+    _check_carry_loop(case, "compile")

@@ -278,9 +278,12 @@ def _carries_read(info: LoopInfo, outs: set[int]) -> set[int]:
 
 def _steps_to_peel(info: LoopInfo, final: set[int]) -> int:
     """How many last steps to take out of the loop so that every carry the shortened
-    loop returns is read after it (0: none needed, or more than :data:`MAX_PEEL`)."""
+    loop returns is read after it (all of them for a short loop; 0: none needed, or more
+    than :data:`MAX_PEEL`)."""
     now = final
-    for t in range(min(MAX_PEEL, info.count - 1) + 1):
+    for t in range(min(MAX_PEEL, info.count) + 1):
+        if t == info.count:
+            return t  # every step out: no loop is left
         reads = _carries_read(info, now)
         if reads <= now:
             return t
@@ -346,9 +349,11 @@ def peel_unread_carries(graph: Graph) -> Graph:
         if not peel:
             nodes.append(node)
             continue
-        short = replace(info, count=info.count - peel)
-        carry = [v.like() for v in node.outputs[:nc]]
-        nodes.append(make_loop(list(node.inputs), carry, short))
+        carry = list(node.inputs[:nc])  # (every step peeled: the loop is gone)
+        if peel < info.count:
+            carry = [v.like() for v in node.outputs[:nc]]
+            nodes.append(make_loop(list(node.inputs), carry,
+                                   replace(info, count=info.count - peel)))
         inv = list(node.inputs[nc:])
         for j in range(info.count - peel, info.count):
             carry = _append_step(info, j, carry, inv, nodes, consts)

@@ -69,16 +69,22 @@ def _unread_carry(x):
 def test_a_carry_that_only_feeds_itself_is_dropped_before_differentiation(mode, value):
     """Eager never reaches the unread carry ``c[1] * x``; the jitted graph drops it (dead
     code), so its zero cotangent is never multiplied by ``x = inf`` (NaN before)."""
+    assert _backward_as_eager(_unread_carry, mode, value).tolist() == [15.0]
+
+
+def _backward_as_eager(fn, mode: str, value: float) -> np.ndarray:
+    """Eager's gradient of ``fn`` at ``[value]``, which ``nbgrad.jit(fn, mode=mode)`` then
+    ``.backward()`` must give on two calls."""
     x = nb.tensor(np.array([value]), requires_grad=True)
     with np.errstate(all="ignore"):
-        _unread_carry(x).backward()
+        fn(x).backward()
         eager = x.grad.numpy()
-        jf = nb.jit(_unread_carry, mode=mode)
+        jf = nb.jit(fn, mode=mode)
         for _ in range(2):
             xj = nb.tensor(np.array([value]), requires_grad=True)
             jf(xj).backward()
             np.testing.assert_array_equal(xj.grad.numpy(), eager)
-    assert eager.tolist() == [15.0]
+    return eager
 
 
 def test_dead_code_drops_carries_that_only_feed_themselves():
@@ -113,16 +119,7 @@ def test_a_carry_only_other_carries_read_gets_no_last_step_gradient(fn, mode, va
     reads; the jitted graph takes those steps out of the loop before it is
     differentiated (``passes.peel_unread_carries``), so no zero cotangent meets
     ``x = inf`` there (NaN before)."""
-    x = nb.tensor(np.array([value]), requires_grad=True)
-    with np.errstate(all="ignore"):
-        fn(x).backward()
-        eager = x.grad.numpy()
-        jf = nb.jit(fn, mode=mode)
-        for _ in range(2):
-            xj = nb.tensor(np.array([value]), requires_grad=True)
-            jf(xj).backward()
-            np.testing.assert_array_equal(xj.grad.numpy(), eager)
-    assert not np.isnan(eager).any()
+    assert not np.isnan(_backward_as_eager(fn, mode, value)).any()
 
 
 def test_peeling_takes_out_only_the_steps_needed():

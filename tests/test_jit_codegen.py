@@ -336,37 +336,28 @@ def test_matmul_loops_and_blas(rng):
     assert compiled.stats["fallbacks"] == []
 
 
-def test_matmul_by_a_transposed_matrix_calls_blas_from_a_smaller_size(rng):
-    """``x @ w.T`` (a linear layer): the loops would walk ``w.T``'s rows with a stride,
-    so a product of 32 x 16 x 16 already goes through BLAS, while the same product by a
-    contiguous matrix stays loops."""
+def test_matmul_calls_blas_above_a_few_hundred_multiply_adds(rng):
+    """Products of more than ``SMALL_MATMUL`` multiply-adds call BLAS, by a transposed
+    matrix (``x @ w.T``, a linear layer) or not, and matrix-vector ones too (the
+    neural-ODE task's 32 x 16 x 64 products took 5-7 us as loops, 1 us through BLAS);
+    smaller ones stay loops."""
+    from nbgrad.jit.tier2.ops import SMALL_MATMUL
     x, w, c = rng.standard_normal((32, 16)), rng.standard_normal((16, 16)), \
         rng.standard_normal((16, 16))
+    X, v = rng.standard_normal((100, 40)), rng.standard_normal(40)
+    s, u = rng.standard_normal((4, 8)), rng.standard_normal((8, 8))
+    assert 4 * 8 * 8 <= SMALL_MATMUL < 32 * 16 * 16
 
-    def f(x, w, c):
-        return nb.sum(nb.tanh(x @ w.T) * 2.0) + nb.sum(nb.tanh(x @ c))
+    def f(x, w, c, X, v, s, u):
+        return nb.sum(nb.tanh(x @ w.T) * 2.0) + nb.sum(nb.tanh(x @ c)) + \
+            nb.sum(nb.tanh(X @ v)) + nb.sum(nb.tanh(s @ u))
 
-    compiled, _ = compile_and_compare(trace(f, x, w, c, wrt=[0, 1, 2]), [x, w, c])
+    arrays = [x, w, c, X, v, s, u]
+    compiled, _ = compile_and_compare(trace(f, *arrays, wrt=list(range(7))), arrays)
     src = body_of(compiled.source())
-    assert calls_blas(compiled.source()) and "for q in range(16):" in src
-
-
-def test_matrix_vector_products_call_blas_from_a_smaller_size(rng):
-    """``X @ w`` (HMC's logistic regression): a dot product per row is one serial chain
-    of additions in the generated loops (their order is kept), so a matrix-vector
-    product of more than ``SMALL_STRIDED`` multiply-adds goes through BLAS; a smaller
-    one stays a loop."""
-    from nbgrad.jit.tier2.ops import SMALL_STRIDED
-    X, w = rng.standard_normal((100, 40)), rng.standard_normal(40)
-    s, v = rng.standard_normal((8, 4)), rng.standard_normal(4)
-    assert 8 * 4 <= SMALL_STRIDED < 100 * 40
-
-    def f(X, w, s, v):
-        return nb.sum(nb.tanh(X @ w)) + nb.sum(nb.tanh(s @ v))
-
-    compiled, _ = compile_and_compare(trace(f, X, w, s, v, wrt=[0, 1, 2, 3]), [X, w, s, v])
-    src = body_of(compiled.source())
-    assert "np.dot(" in src and "for q in range(4):" in src
+    assert calls_blas(compiled.source()) and "np.dot(" in src  # (X @ v: np.dot)
+    assert "for q in range(8):" in src  # s @ u: loops
+    assert "for q in range(16):" not in src  # x @ w.T, x @ c: BLAS
 
 
 def test_fori_loop_stays_a_native_loop_with_its_gradient(rng):

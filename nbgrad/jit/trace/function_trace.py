@@ -41,7 +41,7 @@ from ...autograd.function import BackwardFunction, FunctionCtx, apply_function
 from ...errors import TracerError
 from ...grad_mode import no_grad
 from ...tensor import STATE_TRACE, Tensor
-from .ir import FUNCTION, LOOP, MARKERS, Graph, LoopInfo, Node, Var, make_loop
+from .ir import FUNCTION, LOOP, MARKERS, Graph, LoopInfo, Node, Var, inline_graph, make_loop
 from .passes import optimize
 from .pythonop import (
     _CTX_FIELDS,
@@ -350,16 +350,6 @@ def _expand(graph: Graph) -> Graph:
 def _inline(node: Node, ins: list, nodes: list[Node], consts: dict, rename: dict) -> None:
     fg = _expand(node.attrs["#forward"])
     m: dict[int, Var] = {id(fv): iv for fv, iv in zip(fg.inputs, ins, strict=True)}
-    for cv, arr in fg.consts.items():
-        nv = cv.like()
-        consts[nv] = arr
-        m[id(cv)] = nv
-    for n in fg.nodes:
-        n_ins = [None if v is None else m[id(v)] for v in n.inputs]
-        n_outs = [v.like() for v in n.outputs]
-        for a, b in zip(n.outputs, n_outs, strict=True):
-            m[id(a)] = b
-        nodes.append(Node(n.op, n_ins, n_outs, n.attrs))
-    for ov, fv in zip(node.outputs, fg.outputs, strict=True):
-        rename[id(ov)] = m[id(fv)]
+    for ov, v in zip(node.outputs, inline_graph(fg, m, nodes, consts), strict=True):
+        rename[id(ov)] = v
 

@@ -244,6 +244,24 @@ def make_loop(inputs: list[Var], outputs: list[Var], info: LoopInfo) -> Node:
     return Node(LOOP, inputs, outputs, info.attrs())
 
 
+def inline_graph(graph: Graph, m: dict[int, Var], nodes: list[Node], consts: dict
+                 ) -> list[Var]:
+    """Append copies of ``graph``'s nodes (fresh values) to ``nodes`` and of its constants
+    to ``consts``, its inputs read from ``m`` (``id(input) -> value``, which the copies
+    extend); its outputs among the new values."""
+    for cv, arr in graph.consts.items():
+        nv = cv.like()
+        consts[nv] = arr
+        m[id(cv)] = nv
+    for n in graph.nodes:
+        outs = [v.like() for v in n.outputs]
+        for a, b in zip(n.outputs, outs, strict=True):
+            m[id(a)] = b
+        nodes.append(Node(n.op, [None if v is None else m[id(v)] for v in n.inputs], outs,
+                          n.attrs))
+    return [m[id(v)] for v in graph.outputs]
+
+
 # ------------------------------------------------------------------ replay helpers
 def node_args(node: Node, values: list) -> tuple:
     """The ``apply`` arguments of a table-op node, with ``values`` for its inputs."""

@@ -28,7 +28,7 @@ import numpy as np
 from ...ops.registry import kind_of
 from ...ops.traits import Fill
 from ..reference import replay_arrays
-from .ir import IMPURE, LOOP, Graph, LoopInfo, Node, Var, _hash_value, make_loop
+from .ir import IMPURE, LOOP, Graph, LoopInfo, Node, Var, _hash_value, inline_graph, make_loop
 
 GraphPass = Callable[[Graph], Graph]
 
@@ -303,17 +303,7 @@ def _append_step(info: LoopInfo, j: int, carry: list[Var], inv: list[Var],
         c = idx.like()
         consts[c] = np.array(start + step * j, idx.dtype)
         m[id(idx)] = c
-    for cv, arr in body.consts.items():
-        nv = cv.like()
-        consts[nv] = arr
-        m[id(cv)] = nv
-    for n in body.nodes:
-        outs = [v.like() for v in n.outputs]
-        for a, b in zip(n.outputs, outs, strict=True):
-            m[id(a)] = b
-        nodes.append(Node(n.op, [None if v is None else m[id(v)] for v in n.inputs], outs,
-                          n.attrs))
-    return [m[id(v)] for v in body.outputs[:info.n_carry]]
+    return inline_graph(body, m, nodes, consts)[:info.n_carry]
 
 
 def peel_unread_carries(graph: Graph) -> Graph:

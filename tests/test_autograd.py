@@ -124,6 +124,66 @@ def test_in_place_after_save_is_detected():
     assert y.requires_grad
 
 
+def test_a_node_saves_only_what_the_inputs_needing_a_gradient_read():
+    """``h * c`` with only ``h`` needing a gradient reads ``c``, not ``h``: ``h`` is
+    not kept alive, and changing it in place afterwards is allowed (as in PyTorch)."""
+    x = leaf(1.0, 2.0)
+    c = nb.tensor(np.array([3.0, 4.0]))
+    for other in (2.5, c):
+        h = x * 1.0
+        y = h * other
+        ref = weakref.ref(h)
+        del h
+        assert ref() is None, f"h kept alive by y = h * {other!r}"
+        (g,) = nb.autograd.grad(y.sum(), [x])
+        np.testing.assert_allclose(g.numpy(), np.broadcast_to(np.asarray(other, float), 2))
+    h = x * 1.0
+    y = h / c  # div's formula for self reads only other
+    h.mul_(5.0)
+    (g,) = nb.autograd.grad(y.sum(), [x])
+    np.testing.assert_allclose(g.numpy(), 1.0 / c.numpy())
+    w = leaf(3.0, 4.0)  # the other operand needs a gradient: h is saved for it
+    h = x * 1.0
+    y = h * w
+    ref = weakref.ref(h)
+    del h
+    assert ref() is not None
+    h = x * 1.0
+    z = (h * w).sum()
+    h.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.backward()
+
+
+def test_grad_with_only_the_asked_leaves_runs_and_skips_as_before():
+    """``grad`` when the asked inputs are every leaf reached (the engine then runs every
+    node), and when they are not (only the nodes leading to them run)."""
+    x, w = leaf(1.0, 2.0), leaf(3.0, 4.0)
+    calls = []
+
+    class Spy(nb.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            calls.append(1)
+            return g * 2.0
+
+    y = (Spy.apply(x) * x).sum()
+    (g,) = nb.autograd.grad(y, [x])
+    np.testing.assert_allclose(g.numpy(), [3.0, 6.0])  # 2 x from Spy, x from the product
+    assert calls == [1]
+    y = (Spy.apply(w) * x).sum()  # w's branch leads to no asked input: not run
+    (g,) = nb.autograd.grad(y, [x])
+    np.testing.assert_allclose(g.numpy(), [3.0, 4.0])
+    assert calls == [1]
+    y = (x * 2.0).sum() + (w * 0.0).sum()
+    assert nb.autograd.grad(y, [w])[0].numpy().tolist() == [0.0, 0.0]
+    assert nb.autograd.grad((x * 2.0).sum(), [w], allow_unused=True) == (None,)
+
+
 def test_in_place_ops_bump_versions_shared_with_views():
     t = nb.zeros(2, 3)
     row = t[0]

@@ -129,7 +129,8 @@ class GraphTask:
         else:
             parents: dict[Node, list[Node]] = {}
             deps = count_dependencies(root_nodes, parents)
-            self.needed = nodes_leading_to(root_nodes, self.capture_nodes, parents)
+            if not self._all_lead_to_captures(deps):
+                self.needed = nodes_leading_to(root_nodes, self.capture_nodes, parents)
         for (node, nr), grad in roots:
             self.add_gradient(node, nr, grad)
         ready = [(-n.seq, n) for n in root_nodes if deps.get(n, 0) == 0]
@@ -207,6 +208,18 @@ class GraphTask:
             STATE.grad_enabled = enabled
         return self.results
 
+    def _all_lead_to_captures(self, deps: dict) -> bool:
+        """Whether every node reached leads to a captured edge, so that ``needed`` would
+        hold them all: the captures are leaves' accumulators, and they are all the
+        leaves reached (``grad(loss, x)`` where only ``x`` needs a gradient): every
+        path ends at a leaf, or at a node without edges, which ``execute`` then skips
+        (a table op's node runs no formula there)."""
+        captures = self.capture_nodes
+        if any(type(n) is not AccumulateGrad for n in captures):
+            return False
+        leaves = [n for n in deps if type(n) is AccumulateGrad]
+        return len(leaves) == len(captures) and all(n in deps for n in captures)
+
     def _prepare(self, node: Node, grads: list) -> None:
         """Run tensor hooks, retain_grad and captures on the summed gradients."""
         leaf_hooks = node.variable._hooks if type(node) is AccumulateGrad else None
@@ -245,6 +258,8 @@ class GraphTask:
                     break
             else:
                 return  # autograd.grad: nothing below this node was asked for
+        elif not self.accumulate and all(e is None for e in node.next_edges):
+            return  # every node leads to a capture (run): one without edges asked for none
         if isinstance(node, AccumulateGrad):
             if self.accumulate and grads:
                 accumulate_into(node.variable, grads[0], self.create_graph)

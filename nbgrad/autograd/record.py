@@ -70,9 +70,10 @@ class OpNode(Node):
 
 _NO_ATTRS: dict = {}  # shared by the nodes of ops without attributes (read, never written)
 
-#: ``(shape, dtype)`` -> a CPU input's ``(shape, dtype, device)``, and -> an output's
-#: ``((shape, dtype),)``: the compiled records share these tuples between nodes (fewer
-#: objects per node for the garbage collector to walk); bounded
+#: ``(shape, dtype)`` -> a CPU tensor's ``(shape, dtype, device)`` (an ``input_meta``
+#: item), and -> ``(that,)`` (the ``output_meta`` of a node with one CPU output): the
+#: compiled records share these tuples between nodes (fewer objects per node for the
+#: garbage collector to walk); bounded
 _META: dict = {}
 _OUT_META: dict = {}
 _MAX_META = 4096
@@ -82,15 +83,17 @@ def _input_meta(d: np.ndarray, device: Device) -> tuple:
     """The ``input_meta`` item of an input with data ``d`` (from ``_META`` on the CPU)."""
     meta = (d.shape, d.dtype, device)
     if device is cpu_device and len(_META) < _MAX_META:
-        _META[meta[:2]] = meta
+        meta = _META.setdefault(meta[:2], meta)
     return meta
 
 
-def _output_meta(d: np.ndarray) -> tuple:
-    """The ``output_meta`` of a node whose one output has data ``d`` (from ``_OUT_META``)."""
-    meta = ((d.shape, d.dtype),)
-    if len(_OUT_META) < _MAX_META:
-        _OUT_META[meta[0]] = meta
+def _output_meta(d: np.ndarray, device: Device) -> tuple:
+    """The ``output_meta`` of a node whose one output has data ``d`` on ``device``: its
+    ``(shape, dtype, device)``, the ``input_meta`` item of a later op reading the output
+    (from ``_OUT_META`` on the CPU)."""
+    meta = (_input_meta(d, device),)
+    if device is cpu_device and len(_OUT_META) < _MAX_META:
+        _OUT_META[meta[0][:2]] = meta
     return meta
 
 
@@ -112,16 +115,21 @@ def compile_record(op: OpDef):
     for k, (i, _name, _is_list, has_formula) in enumerate(op.record_plan):
         edges.append(f"e{k}")
         metas.append(f"m{k}")
-        if has_formula:  # the metadata is read only for a gradient's input
+        if has_formula:  # the metadata is read only for a gradient's input; a table
+            # op's output has its node's (the same tuple: no lookup)
             body = [f"if t{k}._requires_grad:",
                     f"    fn = t{k}.grad_fn",
-                    f"    e{k} = (fn, t{k}._output_nr) if fn is not None "
+                    "    if type(fn) is OpNode:",
+                    f"        e{k} = (fn, t{k}._output_nr)",
+                    f"        m{k} = fn.output_meta[t{k}._output_nr]",
+                    "    else:",
+                    f"        e{k} = (fn, t{k}._output_nr) if fn is not None "
                     f"else gradient_edge(t{k})",
-                    f"    d = t{k}._data",
-                    f"    m{k} = META.get((d.shape, d.dtype)) if t{k}._device is CPU "
+                    f"        d = t{k}._data",
+                    f"        m{k} = META.get((d.shape, d.dtype)) if t{k}._device is CPU "
                     "else None",
-                    f"    if m{k} is None:",
-                    f"        m{k} = input_meta(d, t{k}._device)",
+                    f"        if m{k} is None:",
+                    f"            m{k} = input_meta(d, t{k}._device)",
                     "else:",
                     f"    e{k} = m{k} = None"]
         else:
@@ -136,15 +144,18 @@ def compile_record(op: OpDef):
             lines += ["    " + b for b in body]
     position = {i: k for k, (i, *_rest) in enumerate(op.record_plan)}
     saved = []  # the flat tuple of ``saved_names``: two items a name (see run_formulas)
-    for i, _name, need_value in op.save_plan:
+    for (i, _name, need_value), users in zip(op.save_plan, op.save_users, strict=False):
         t = f"t{position[i]}"
-        if need_value:
-            pair = f"{t}, {t}._version_box[0]"
-            saved.append(f"*((None, None) if {t} is None else ({pair}))"
-                         if op.params[i].optional else pair)
+        if need_value and op.params[i].optional:
+            pair = (f"*((None, None) if {t} is None else ({t}, {t}._version_box[0]))",)
+        elif need_value:
+            pair = (t, f"{t}._version_box[0]")
         else:
-            saved.append(f"None if {t} is None else saved_meta({t}), None")
-    saved += [f"SavedOutput(out, {name!r}), None" for _k, name in op.save_outputs]
+            pair = (f"None if {t} is None else saved_meta({t})", "None")
+        saved += _if_read(pair, users)
+    for (_k, name), users in zip(op.save_outputs, op.save_users[len(op.save_plan):],
+                                 strict=True):
+        saved += _if_read((f"SavedOutput(out, {name!r})", "None"), users)
     attrs = ", ".join(f"{name!r}: args[{i}]" for i, name in op.attr_names)
     lines += ["    out = outputs[0]",
               "    d = out._data",
@@ -157,8 +168,8 @@ def compile_record(op: OpDef):
               f"    node.attrs = {{{attrs}}}" if attrs else "    node.attrs = NO_ATTRS",
               "    node.input_slots = op.record_slots",
               f"    node.input_meta = ({', '.join(metas)},)",
-              "    om = OUT_META.get((d.shape, d.dtype))",
-              "    node.output_meta = output_meta(d) if om is None else om"]
+              "    om = OUT_META.get((d.shape, d.dtype)) if out._device is CPU else None",
+              "    node.output_meta = output_meta(d, out._device) if om is None else om"]
     if op.out_diff[0]:
         lines += ["    out._requires_grad = True",
                   "    out.grad_fn = node"]
@@ -170,6 +181,18 @@ def compile_record(op: OpDef):
     exec(compile("\n".join(lines), f"<record of {op.name}>", "exec"), env)  # noqa: S102
     op.run_record = env["record"]
     return op.run_record
+
+
+def _if_read(items: tuple[str, ...], users: tuple | None) -> tuple[str, ...]:
+    """A compiled record's ``saved`` items for one name (two expressions, or one that
+    unpacks to two), saved only where one of the inputs ``users`` (``record_plan``
+    indices; None: every input with a formula) has an edge, else ``None, None``."""
+    if users is None:
+        return items
+    cond = " or ".join(f"e{k} is not None" for k in users) or "False"
+    if len(items) == 1:
+        return (f"*(({items[0][1:]}) if {cond} else (None, None))",)
+    return tuple(item if item == "None" else f"({item} if {cond} else None)" for item in items)
 
 
 def _record_general(op: OpDef, args: tuple, outputs: list[Tensor]) -> None:
@@ -200,11 +223,12 @@ def _record_general(op: OpDef, args: tuple, outputs: list[Tensor]) -> None:
 
 def _finish(node: OpNode, op: OpDef, args: tuple, outputs: list[Tensor]) -> None:
     """Save what the formulas read and make ``node`` the outputs' grad_fn."""
-    node.output_meta = [(o._data.shape, o._data.dtype) for o in outputs]
+    node.output_meta = [(o._data.shape, o._data.dtype, o._device) for o in outputs]
     saved = {}
-    for i, name, need_value in op.save_plan:
+    read = [_is_read(node, users) for users in op.save_users]
+    for (i, name, need_value), is_read in zip(op.save_plan, read, strict=False):
         value = args[i]
-        if value is None:
+        if value is None or not is_read:
             saved[name] = None
         elif isinstance(value, (list, tuple)):
             saved[name] = [_save(t, name, need_value) for t in value]
@@ -215,9 +239,18 @@ def _finish(node: OpNode, op: OpDef, args: tuple, outputs: list[Tensor]) -> None
         if out_diff[k] if k < len(out_diff) else out_diff[-1]:
             out._requires_grad = True
             out.grad_fn = node
-    for k, name in op.save_outputs:
-        saved[name] = SavedOutput(outputs[k], name)
+    for (k, name), is_read in zip(op.save_outputs, read[len(op.save_plan):], strict=True):
+        saved[name] = SavedOutput(outputs[k], name) if is_read else None
     node.saved = saved
+
+
+def _is_read(node: OpNode, users: tuple | None) -> bool:
+    """Whether a formula that will run reads a saved name read by the inputs ``users``
+    (``record_plan`` indices; None: every input with a formula): one of them has an edge."""
+    if users is None:
+        return True
+    slots, edges, plan = node.input_slots, node.next_edges, node.op.record_plan
+    return any(edges[s] is not None for k in users for s in slots[plan[k][1]])
 
 
 def _save(t: Tensor, name: str, need_value: bool):
@@ -243,7 +276,7 @@ def run_formulas(node: OpNode, grads: list) -> list:
     else:
         full = []
         out_diff = op.out_diff
-        for k, (shape, dtype) in enumerate(out_meta):
+        for k, (shape, dtype, _device) in enumerate(out_meta):
             g = grads[k] if k < len(grads) else None
             if g is None and (out_diff[k] if k < len(out_diff) else out_diff[-1]):
                 g = _ops.zeros(shape, dtype=dtype, device=_grads_device(grads))
@@ -363,8 +396,10 @@ def _specialised(op: OpDef):
             lines += [f"    s{k}, v{k} = saved[{2 * k}], saved[{2 * k + 1}]",
                       f"    if v{k} is not None and s{k}._version_box[0] != v{k}:",
                       f"        unpack(node, {name!r}, (s{k}, v{k}))"]
-        elif kind == "output":
-            lines.append(f"    s{k} = saved[{2 * k}].unpack(node)")
+        elif kind == "output":  # a SavedOutput, or None where no formula that runs reads it
+            lines += [f"    s{k} = saved[{2 * k}]",
+                      f"    if s{k} is not None:",
+                      f"        s{k} = s{k}.unpack(node)"]
         else:  # a SavedMeta (its own unpack) or None
             lines.append(f"    s{k} = saved[{2 * k}]")
     for k, name in enumerate(attrs):

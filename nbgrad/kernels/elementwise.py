@@ -426,8 +426,12 @@ try:  # NumPy's error state for one call, without np.errstate's cost (~2 us a us
     from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
 
     _QUIET = _make_extobj(all="ignore")
+    #: ``(set, reset, state)``: ``token = set(state)`` turns NumPy's floating-point
+    #: warnings off for this context until ``reset(token)`` (as the kernels: no
+    #: warnings); None on a NumPy without that context variable
+    QUIET = (_extobj_contextvar.set, _extobj_contextvar.reset, _QUIET)
 except Exception:  # noqa: BLE001 - another NumPy layout: np.errstate then
-    _extobj_contextvar = None
+    _extobj_contextvar = QUIET = None
 
 
 def _quieted(ufunc):
@@ -440,7 +444,7 @@ def _quieted(ufunc):
             with np.errstate(all="ignore"):
                 return ufunc(*args, out=out)
         return call
-    setvar, reset, quiet = _extobj_contextvar.set, _extobj_contextvar.reset, _QUIET
+    setvar, reset, quiet = QUIET
 
     def call(*args, out=None):
         token = setvar(quiet)
@@ -462,6 +466,13 @@ _UNARY_UFUNCS = {name: _quieted(getattr(np, op.ufunc)) for name, op in UNARY.ite
 #: float arrays of fewer elements run an op's ufunc (no compile; as fast as the kernel
 #: there, which is faster on larger ones)
 UFUNC_MAX = 1024
+
+
+def exact_ufunc(name: str):
+    """The op ``name``'s exact NumPy ufunc (:attr:`ScalarOp.ufunc`), or None: callers
+    that inline its call turn warnings off around it with :data:`QUIET`."""
+    op = BINARY[name] if name in BINARY else UNARY.get(name)
+    return getattr(np, op.ufunc) if op is not None and op.ufunc else None
 
 
 def quiet_ufunc(name: str):

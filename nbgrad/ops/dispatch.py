@@ -247,9 +247,12 @@ def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | No
                 and op.differentiable):
             (op.run_record or _recorder)(op, (self, other), [out])
         return out
-    pair = _lean_constant(other, dt)
+    # a nonzero float's cached constant without a call (``_constant``'s key for it)
+    pair = _CONSTANTS[dt].get(other) if type(other) is float and other else None
     if pair is None:
-        return None
+        pair = _lean_constant(other, dt)
+        if pair is None:
+            return None
     o, flat = pair
     out = wrap_array(lean(x, o._data, flat))
     if self._requires_grad and STATE.grad_enabled and op.differentiable:
@@ -279,9 +282,11 @@ def apply_lean_reflected(op: OpDef, self, other) -> Tensor | None:
     dt = x.dtype
     if not ((dt is _F64 or dt is _F32) and x.flags.c_contiguous):
         return None
-    pair = _lean_constant(other, dt)
-    if pair is None:
-        return None
+    pair = _CONSTANTS[dt].get(other) if type(other) is float and other else None
+    if pair is None:  # (as in apply_lean)
+        pair = _lean_constant(other, dt)
+        if pair is None:
+            return None
     o, flat = pair
     out = wrap_array(lean(x, o._data, flat, True))
     if self._requires_grad and STATE.grad_enabled and op.differentiable:

@@ -39,18 +39,37 @@ def _prepare(kind: str, t: Tensor) -> Tensor:
 LEAN_SIZE = 4096
 
 
+def _inlined_ufunc(name: str) -> tuple:
+    """``(ufunc, quiet, small)`` for a lean kernel that calls the op ``name``'s exact
+    ufunc itself on arrays under ``small`` elements, with ``quiet``
+    (:data:`nbgrad.kernels.elementwise.QUIET`) around it: one call less a small op than
+    :func:`~nbgrad.kernels.elementwise.quiet_ufunc`'s function, which it takes where
+    NumPy lacks that error state (``ufunc`` None then)."""
+    if ew.QUIET is None:
+        return None, (None, None, None), ew.UFUNC_MAX
+    return ew.exact_ufunc(name), ew.QUIET, ew.UFUNC_MAX
+
+
 def _lean_unary(name: str, kind: str):
     """The lean kernel (``OpDef.lean``) of a unary op without parameters: ``run_unary``
     less its checks, for a C-contiguous float array. An op with an exact ufunc
     (:attr:`ScalarOp.ufunc <nbgrad.kernels.elementwise.ScalarOp.ufunc>`) calls it on
     small arrays: the same values, less call overhead than a compiled kernel's."""
     run, fn, to_bool, exact = ew.run_unary, None, kind == "bool", ew.quiet_ufunc(name)
+    ufunc, (setvar, reset, quiet), small = _inlined_ufunc(name)
 
     def lean(x: np.ndarray) -> np.ndarray:
         nonlocal fn
         n = x.size
-        if exact is not None and n < ew.UFUNC_MAX and x.ndim:
-            return exact(x)
+        if n < small and x.ndim:
+            if ufunc is not None:  # ``exact(x)`` without its call
+                token = setvar(quiet)
+                try:
+                    return ufunc(x)
+                finally:
+                    reset(token)
+            if exact is not None:
+                return exact(x)
         out_dtype = dtypes.bool_ if to_bool else x.dtype
         if n > LEAN_SIZE or n >= parallel.MIN_SIZE:
             return run(name, x, out_dtype)
@@ -74,13 +93,21 @@ def _lean_binary(name: str, kind: str):
     with an exact ufunc (:attr:`ScalarOp.ufunc`) calls it on small arrays."""
     run, fn, empty, to_bool = ew.run_binary, None, ew.EMPTY, kind == "bool"
     exact = ew.quiet_ufunc(name)
+    ufunc, (setvar, reset, quiet), small = _inlined_ufunc(name)
 
     def lean(a: np.ndarray, b: np.ndarray, flat: np.ndarray | None = None,
              swap: bool = False) -> np.ndarray:
         nonlocal fn
         n = a.size
-        if exact is not None and n < ew.UFUNC_MAX and a.ndim:
-            return exact(b, a) if swap else exact(a, b)
+        if n < small and a.ndim:
+            if ufunc is not None:  # ``exact(a, b)`` without its call
+                token = setvar(quiet)
+                try:
+                    return ufunc(b, a) if swap else ufunc(a, b)
+                finally:
+                    reset(token)
+            if exact is not None:
+                return exact(b, a) if swap else exact(a, b)
         out_dtype = dtypes.bool_ if to_bool else a.dtype
         if n > LEAN_SIZE or n >= parallel.MIN_SIZE:
             return run(name, b, a, out_dtype) if swap else run(name, a, b, out_dtype)

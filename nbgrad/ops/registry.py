@@ -29,7 +29,7 @@ class OpDef:
     """Everything nbgrad knows about one op."""
 
     __slots__ = ("name", "entry", "kernels", "view_of", "fn", "tensor_pos", "list_pos",
-                 "attr_pos", "params", "diff_pos", "save_plan", "save_outputs",
+                 "attr_pos", "params", "diff_pos", "save_plan", "save_outputs", "save_users",
                  "out_diff", "differentiable", "has_lists", "list_names", "record_plan",
                  "attr_names", "all_tensors", "formula_names", "kind", "lean",
                  "record_slots", "run_backward", "run_record")
@@ -96,6 +96,18 @@ class OpDef:
                              if has_formula}
         #: every name some formula of this op reads (run_formulas sets only these)
         self.formula_names = frozenset(n for f in entry.formulas.values() for n in f.arg_names)
+        #: per saved name (``save_plan`` then ``save_outputs``), the ``record_plan`` indices
+        #: of the inputs whose formulas read it, or None when every input with a formula
+        #: does: a node saves the name only if one of those inputs needs a gradient
+        #: (``x * 2`` keeps no ``x`` alive, as in PyTorch)
+        with_formula = [k for k, (*_r, has_formula) in enumerate(self.record_plan) if has_formula]
+        reads = {k: set(entry.formulas[self.record_plan[k][1]].arg_names) for k in with_formula}
+        users = []
+        for name in [n for _i, n, _v in self.save_plan] + [n for _k, n in self.save_outputs]:
+            names = {name, "result"} if len(outs) == 1 and name == outs[0] else {name}
+            readers = tuple(k for k in with_formula if reads[k] & names)
+            users.append(None if len(readers) == len(with_formula) else readers)
+        self.save_users = tuple(users)
         #: every parameter is a single tensor: the args tuple is the list of inputs
         self.all_tensors = bool(params) and len(self.tensor_pos) == len(params)
 

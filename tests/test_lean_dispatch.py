@@ -33,6 +33,7 @@ def _general(monkeypatch) -> None:
         if op.entry is not None:
             monkeypatch.setattr(op, "run_backward", record.run_formulas)
     monkeypatch.setattr(dispatch, "_recorder", record._record_general)
+    monkeypatch.setattr(dispatch, "apply_lean_inplace", lambda *args: None)
     monkeypatch.setattr(engine, "OpNode", _NoNode)
 
 
@@ -131,11 +132,18 @@ def test_lean_path_matches_the_general_path(monkeypatch, name, fn, diff, dtype):
         _same(x, y)
 
 
-@pytest.mark.parametrize("case", ["scalar-tensor", "same-shape", "large"])
+@pytest.mark.parametrize("case", ["scalar-tensor", "same-shape", "large", "bias",
+                                  "large-bias", "column"])
 def test_lean_shapes_match_the_general_path(monkeypatch, case):
-    a = _data(np.float64, 3, (5000,) if case == "large" else (2, 3))
-    b = (_data(np.float64, 4, ()) if case == "scalar-tensor"
-         else _data(np.float64, 4, a.shape))
+    shape = {"large": (5000,), "large-bias": (1000, 6), "column": (300, 4)}.get(case, (2, 3))
+    a = _data(np.float64, 3, shape)
+    b = _data(np.float64, 4, {"scalar-tensor": (), "bias": (3,), "large-bias": (6,),
+                              "column": (300, 1)}.get(case, a.shape))
+    if case in ("bias", "large-bias", "column"):  # ``h + bias``: the lean path broadcasts
+        calls = _spy(monkeypatch)
+        _run(lambda x, y: x * y, a, b, False)
+        assert calls == ["mul"]
+        monkeypatch.undo()
     fn = (lambda x, y: (x * y - y) / x)  # noqa: E731
     lean = _run(fn, a, b, True)
     _general(monkeypatch)
@@ -151,10 +159,10 @@ def test_general_path_outside_the_common_case(monkeypatch):
     x32 = nb.tensor(_data(np.float32, 6))
     ints = nb.tensor(np.arange(12).reshape(3, 4))
     row = nb.tensor(_data(np.float64, 7, (4,)))
-    cases = [x64 + x32, x32 * (2 ** 53 + 1), ints * 1.5, x64 * row, x64.T * 2.0,
+    cases = [x64 + x32, x32 * (2 ** 53 + 1), ints * 1.5, row * x64, x64.T * 2.0,
              nb.tensor(2.0) * x64, x64 * np.float64(2.0), nb.exp(ints),
              -(2 ** 60) * x32, np.float32(2.0) * x32, 2 ** x64, 2 * x64.T, 2 * ints]
-    assert calls == []
+    assert calls == []  # (``row * x64``: the result is wider than the left operand)
     assert [c.dtype for c in cases] == [np.float64, np.float32, np.float64, np.float64,
                                         np.float64, np.float64, np.float64, np.float64,
                                         np.float32, np.float32, np.float64, np.float64,
@@ -434,3 +442,64 @@ def test_quiet_ufunc_calls_the_ufunc_directly_with_warnings_off():
         big = np.full(4, 1e308)
         np.testing.assert_array_equal(ew.quiet_ufunc("mul")(big, big), np.full(4, np.inf))
         assert np.isnan(ew.quiet_ufunc("div")(np.zeros(2), np.zeros(2))).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", ["add_", "sub_", "mul_", "div_"])
+def test_in_place_ops_without_gradients_write_in_place_as_the_general_path(
+        monkeypatch, name, dtype):
+    """``x.sub_(y)`` where no gradient is involved writes through the op's ufunc into
+    ``x``'s memory: the same bits as the general path (compute, then copy in), for
+    tensors of ``x``'s shape, broadcast rows, 0-d tensors, Python floats and ints (weak
+    scalars: a float32 tensor stays float32), under ``no_grad`` on a leaf that requires
+    grad too; the version counter shared with views goes up and views see the values."""
+    operands = [_data(dtype, 8), _data(dtype, 9, (4,)), _data(dtype, 10, ()), 0.3, 3, True]
+
+    def run(lean: bool) -> list:
+        results = []
+        for y in operands:
+            x = nb.tensor(_data(dtype, 11), requires_grad=True)
+            view = x[1]
+            version = x._version
+            other = nb.tensor(y) if isinstance(y, np.ndarray) else y
+            memory = x._data
+            with nb.no_grad():
+                out = getattr(x, name)(other)
+            assert out is x and x._data is memory and x.dtype == dtype
+            assert x._version == version + 1 and view._version == version + 1
+            np.testing.assert_array_equal(view.numpy(), x.numpy()[1])
+            results.append(x.numpy().copy())
+        return results
+
+    calls = []
+    real = dispatch.apply_lean_inplace
+    monkeypatch.setattr(dispatch, "apply_lean_inplace",
+                        lambda *args: calls.append(1) or real(*args))
+    lean = run(True)
+    assert calls and all(c == 1 for c in calls)
+    monkeypatch.undo()
+    _general(monkeypatch)
+    for got, want in zip(lean, run(False), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_in_place_ops_with_gradients_or_odd_operands_keep_the_general_path():
+    """Where a gradient is involved, or the operand is of another dtype, wider than the
+    tensor or not a weak scalar, the general path runs: it records the graph, promotes,
+    and raises its errors."""
+    x = nb.tensor(_data(np.float64, 12), requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
+        x.mul_(2.0)
+    h = x * 1.0
+    h.mul_(3.0)
+    assert h.grad_fn is not None and h.grad_fn.name() == "MulBackward"
+    (g,) = nb.autograd.grad(h.sum(), [x])
+    np.testing.assert_array_equal(g.numpy(), np.full((3, 4), 3.0))
+    y = nb.tensor(_data(np.float32, 13))
+    y.add_(nb.tensor(_data(np.float64, 14)))  # float64 into float32: same_kind cast
+    assert y.dtype == np.float32
+    with pytest.raises(RuntimeError, match="cannot be stored in place"):
+        nb.tensor(_data(np.float64, 15, (4,))).add_(nb.tensor(_data(np.float64, 16)))
+    ro = nb.broadcast_to(nb.tensor(_data(np.float64, 17, (4,))), (3, 4))
+    with pytest.raises(RuntimeError, match="read-only view"):
+        ro.mul_(2.0)

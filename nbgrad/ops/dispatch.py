@@ -22,6 +22,7 @@ from .. import ops as _ops  # noqa: E402 - the package, resolved at call time
 from ..device import Device, cpu_device
 from ..factories import tensor as _new_tensor
 from ..grad_mode import STATE
+from ..kernels import elementwise as ew
 from ..tensor import STATE_TRACE, Tensor, wrap_array
 from .registry import OpDef
 
@@ -208,11 +209,11 @@ def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | No
 
     The common case: no tracer, anomaly observer or forward-mode level; C-contiguous CPU
     tensors of one float dtype (float64 or float32); for a binary op ``other`` a tensor
-    of ``self``'s shape or 0-d, or a Python float, int (exact in float64) or bool (a weak
-    scalar, as in :func:`promote_operands`). The op's ``lean`` kernel (set where the op
-    registers) then runs on the arrays, and the recorder gets exactly what ``apply``
-    would give it (the op's own, ``OpDef.run_record``, once the installed recorder has
-    made it).
+    that broadcasts to ``self``'s shape (``h + bias``), or a Python float, int (exact in
+    float64) or bool (a weak scalar, as in :func:`promote_operands`). The op's ``lean``
+    kernel (set where the op registers) then runs on the arrays, and the recorder gets
+    exactly what ``apply`` would give it (the op's own, ``OpDef.run_record``, once the
+    installed recorder has made it).
     """
     lean = op.lean
     if (lean is None or _hooked or STATE_TRACE.tracer is not None
@@ -235,7 +236,8 @@ def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | No
             return out
         y = other._data
         if (other._device is not cpu_device or y.dtype is not dt
-                or (y.ndim and (y.shape != x.shape or not y.flags.c_contiguous))):
+                or (y.ndim and (not y.flags.c_contiguous or (
+                    y.shape != x.shape and not _broadcasts_to(y.shape, x.shape))))):
             return None
         if y.ndim:
             out = wrap_array(lean(x, y))
@@ -292,6 +294,58 @@ def apply_lean_reflected(op: OpDef, self, other) -> Tensor | None:
     if self._requires_grad and STATE.grad_enabled and op.differentiable:
         (op.run_record or _recorder)(op, (o, self), [out])
     return out
+
+
+#: binary op name -> its exact ufunc (``ScalarOp.ufunc``) for :func:`apply_lean_inplace`
+_INPLACE_UFUNCS: dict = {}
+
+
+def apply_lean_inplace(name: str, self, other) -> Tensor | None:
+    """``self.<name>_(other)`` in the common case where no gradient is involved (grad
+    mode off, or neither operand needs one; no tracer, anomaly observer or forward-mode
+    level): the op's exact ufunc writes into ``self``'s memory (one pass, where the
+    general path computes a new array and copies it in), and the version counter shared
+    with the views goes up. ``self`` a writeable CPU float64/float32 tensor; ``other`` a
+    weak Python scalar, or a CPU tensor of ``self``'s dtype that broadcasts to
+    ``self``'s shape. Else None: :func:`nbgrad.ops.inplace.apply_inplace` then."""
+    if (_hooked or STATE_TRACE.tracer is not None or not isinstance(self, Tensor)
+            or self._device is not cpu_device):
+        return None
+    x = self._data
+    dt = x.dtype
+    if not (dt is _F64 or dt is _F32) or not x.flags.writeable:
+        return None
+    grad = STATE.grad_enabled
+    if isinstance(other, Tensor):
+        y = other._data
+        if (other._device is not cpu_device or y.dtype is not dt
+                or (grad and (self._requires_grad or other._requires_grad))
+                or (y.shape != x.shape and not _broadcasts_to(y.shape, x.shape))):
+            return None
+    else:
+        y = _weak_scalar(other)
+        if y is None or (grad and self._requires_grad):
+            return None
+    ufunc = _INPLACE_UFUNCS.get(name)
+    if ufunc is None:
+        ufunc = _INPLACE_UFUNCS[name] = ew.exact_ufunc(name)
+        if ufunc is None or ew.QUIET is None:
+            return None
+    setvar, reset, quiet = ew.QUIET
+    token = setvar(quiet)
+    try:
+        ufunc(x, dt.type(y) if type(y) is float else y, out=x)
+    finally:
+        reset(token)
+    self._version_box[0] += 1
+    return self
+
+
+def _broadcasts_to(shape: tuple, target: tuple) -> bool:
+    """Whether an operand of ``shape`` broadcasts to ``target`` (NumPy's rule)."""
+    if len(shape) > len(target):
+        return False
+    return all(a == 1 or a == b for a, b in zip(reversed(shape), reversed(target), strict=False))
 
 
 # -------------------------------------------------------------------- argument helpers

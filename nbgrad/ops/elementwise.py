@@ -87,10 +87,11 @@ def _lean_unary(name: str, kind: str):
 
 def _lean_binary(name: str, kind: str):
     """The lean kernel (``OpDef.lean``) of a binary op: ``run_binary`` less its checks,
-    for C-contiguous arrays ``a``, ``b`` of one float dtype, ``b`` of ``a``'s shape or
-    0-d; ``flat``: a 0-d ``b`` as a writable 1-element 1-d array (a cached constant) or
-    None; ``swap``: ``b`` is the left operand (``b op a``, a reflected operator). An op
-    with an exact ufunc (:attr:`ScalarOp.ufunc`) calls it on small arrays."""
+    for C-contiguous arrays ``a``, ``b`` of one float dtype, ``b`` of ``a``'s shape, 0-d
+    or broadcasting to it (``run_binary`` then); ``flat``: a 0-d ``b`` as a writable
+    1-element 1-d array (a cached constant) or None; ``swap``: ``b`` is the left operand
+    (``b op a``, a reflected operator). An op with an exact ufunc
+    (:attr:`ScalarOp.ufunc`) calls it on small arrays."""
     run, fn, empty, to_bool = ew.run_binary, None, ew.EMPTY, kind == "bool"
     exact = ew.quiet_ufunc(name)
     ufunc, (setvar, reset, quiet), small = _inlined_ufunc(name)
@@ -109,7 +110,7 @@ def _lean_binary(name: str, kind: str):
             if exact is not None:
                 return exact(b, a) if swap else exact(a, b)
         out_dtype = dtypes.bool_ if to_bool else a.dtype
-        if n > LEAN_SIZE or n >= parallel.MIN_SIZE:
+        if n > LEAN_SIZE or n >= parallel.MIN_SIZE or (b.ndim and b.shape != a.shape):
             return run(name, b, a, out_dtype) if swap else run(name, a, b, out_dtype)
         if fn is None:
             fn = ew.kernel_function("binary", name)

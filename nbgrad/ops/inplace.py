@@ -86,20 +86,24 @@ def _store(self: Tensor, new: Tensor, name: str) -> None:
 
 def add_(self: Tensor, other, alpha: float = 1) -> Tensor:
     value = other if alpha == 1 else mul(other, alpha)
-    return apply_inplace(self, "add_", lambda t: add(t, value), (other,))
+    out = dispatch.apply_lean_inplace("add", self, value)
+    return apply_inplace(self, "add_", lambda t: add(t, value), (other,)) if out is None else out
 
 
 def sub_(self: Tensor, other, alpha: float = 1) -> Tensor:
     value = other if alpha == 1 else mul(other, alpha)
-    return apply_inplace(self, "sub_", lambda t: sub(t, value), (other,))
+    out = dispatch.apply_lean_inplace("sub", self, value)
+    return apply_inplace(self, "sub_", lambda t: sub(t, value), (other,)) if out is None else out
 
 
 def mul_(self: Tensor, other) -> Tensor:
-    return apply_inplace(self, "mul_", lambda t: mul(t, other), (other,))
+    out = dispatch.apply_lean_inplace("mul", self, other)
+    return apply_inplace(self, "mul_", lambda t: mul(t, other), (other,)) if out is None else out
 
 
 def div_(self: Tensor, other) -> Tensor:
-    return apply_inplace(self, "div_", lambda t: div(t, other), (other,))
+    out = dispatch.apply_lean_inplace("div", self, other)
+    return apply_inplace(self, "div_", lambda t: div(t, other), (other,)) if out is None else out
 
 
 def clamp_(self: Tensor, min=None, max=None) -> Tensor:  # noqa: A002

@@ -79,6 +79,12 @@ class ScalarOp:
     #: :data:`UFUNC_MAX` elements, call it rather than compiling ``bcast_<name>`` or
     #: ``binary_<name>`` (about 0.3 s per op on a cold start)
     ufunc: str | None = None
+    #: sets of operand positions whose zeros, together, make the result zero whatever the
+    #: other operands are, in exact arithmetic (``mul``: ``((0,), (1,))``; ``where``:
+    #: ``((1, 2),)``): a reversed loop drops the cotangents that stay zero by them
+    zeros: tuple[tuple[int, ...], ...] = ()
+    #: ``(p, q)`` pairs: with operand ``p`` zero, the result is operand ``q`` (``a + 0``)
+    zero_identity: tuple[tuple[int, int], ...] = ()
 
     @cached_property
     def cpu(self) -> str:
@@ -87,12 +93,13 @@ class ScalarOp:
 
 
 def _u(name, expr, params=(), kind="float", tape="generic", commutative=False, cpu=None,
-       ufunc=None):
-    return ScalarOp(name, expr, tuple(params), kind, tape, commutative, cpu, ufunc)
+       ufunc=None, zeros=(), zero_identity=()):
+    return ScalarOp(name, expr, tuple(params), kind, tape, commutative, cpu, ufunc, zeros,
+                    zero_identity)
 
 
 UNARY: dict[str, ScalarOp] = {op.name: op for op in [
-    _u("neg", "-x", kind="same", tape="hot", ufunc="negative"),
+    _u("neg", "-x", kind="same", tape="hot", ufunc="negative", zeros=((0,),)),
     _u("abs", "abs(x)", kind="same", tape="hot"),
     _u("sign", "sign(x)", kind="same"),
     _u("square", "x * x", kind="same"),
@@ -152,10 +159,13 @@ UNARY: dict[str, ScalarOp] = {op.name: op for op in [
 ]}
 
 BINARY: dict[str, ScalarOp] = {op.name: op for op in [
-    _u("add", "a + b", kind="same", tape="hot", commutative=True, ufunc="add"),
-    _u("sub", "a - b", kind="same", tape="hot", ufunc="subtract"),
-    _u("mul", "a * b", kind="same", tape="hot", commutative=True, ufunc="multiply"),
-    _u("div", "a / b", tape="hot", ufunc="divide"),
+    _u("add", "a + b", kind="same", tape="hot", commutative=True, ufunc="add",
+       zeros=((0, 1),), zero_identity=((0, 1), (1, 0))),
+    _u("sub", "a - b", kind="same", tape="hot", ufunc="subtract", zeros=((0, 1),),
+       zero_identity=((1, 0),)),
+    _u("mul", "a * b", kind="same", tape="hot", commutative=True, ufunc="multiply",
+       zeros=((0,), (1,))),
+    _u("div", "a / b", tape="hot", ufunc="divide", zeros=((0,),)),
     _u("pow", "a ** b", cpu="vpow(a, b)"),
     _u("maximum", "a if (a > b or a != a) else b", kind="same"),
     _u("minimum", "a if (a < b or a != a) else b", kind="same"),
@@ -189,7 +199,7 @@ BINARY: dict[str, ScalarOp] = {op.name: op for op in [
 
 # ``where(cond, a, b)`` and ``lerp(a, b, w)``: three operands, broadcast together
 TERNARY: dict[str, ScalarOp] = {op.name: op for op in [
-    _u("where", "a if c else b", kind="same"),
+    _u("where", "a if c else b", kind="same", zeros=((1, 2),)),
     _u("lerp", "a + c * (b - a)"),
 ]}
 

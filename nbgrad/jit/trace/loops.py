@@ -39,6 +39,7 @@ from ..reference import replay
 from .autodiff import consts_for, joint_graph, partial_eval, reached_inputs, unrolled_reach
 from .handles import run_owned
 from .ir import LOOP, STOP_GRADIENT, Graph, LoopInfo, Node, Var, make_loop, type_str
+from .loop_zeros import without_zero_cotangents
 from .passes import accumulate_into, dce_nodes
 from .tracer import Tracer, run_traced, user_site
 
@@ -490,7 +491,8 @@ class LoopBackward(AutogradNode):
             plan2 = _get_plan(plan.fwd_info, plan.rg, inputs)
             outs2 = _run_forward(plan.fwd_info, plan2, inputs)
             return _backward(plan2, inputs, outs2, grads)
-        return _backward(plan, inputs, outs, grads)
+        wanted = {k for k in range(plan.n_out) if k < len(grads) and grads[k] is not None}
+        return _backward(without_zero_cotangents(plan, wanted) or plan, inputs, outs, grads)
 
 
 def _backward(plan: LoopPlan, inputs: list[Tensor], outs: list[Tensor], grads: list) -> list:

@@ -10,7 +10,7 @@ import functools
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import nbgrad as nb
@@ -159,16 +159,6 @@ def _carry_loops(draw):
     return n, updates, feeds, sorted(read), steps, value
 
 
-@st.composite
-def _dead_carry_loops(draw):
-    """``_carry_loops`` whose carries are read after the loop or by no read carry (a
-    carry may feed one that is read, or feed from one that is not): the unread ones are
-    dead for the gradient, the class ``nbgrad.jit(nbgrad.grad(f))`` handles."""
-    n, updates, feeds, read, steps, value = draw(_carry_loops())
-    feeds = [f and (k not in read or k + 1 in read) for k, f in enumerate(feeds)]
-    return n, updates, feeds, read, steps, value
-
-
 def _check_carry_loop(case, mode, through_grad=False):
     """``nbgrad.jit(f)`` then ``.backward()`` (or ``nbgrad.jit(nbgrad.grad(f))``) against
     eager (a Python loop) on ``case``."""
@@ -226,22 +216,38 @@ def test_loops_with_unread_carries_differentiate_as_eager_in_tier_2(case):
 
 
 @pytest.mark.filterwarnings("ignore")
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_dead_carry_loops())
-def test_loops_with_dead_carries_differentiate_as_eager_under_jit_grad(case):
-    """Under ``nbgrad.jit(nbgrad.value_and_grad(f))`` the loop's backward is built while
-    tracing: the cotangents of the carries no read carry reads stay zero, and the
-    reversed loop leaves them out (``loop_zeros``), so eager's value and gradient come
-    out at 1e308 and inf too (NaN before, from ``0 * inf``). Carries that feed a read
-    one while unread themselves stay open (see ``docs/reliability.md``)."""
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_carry_loops())
+@example(case=(2, ["affine", "scale"], [True, False], [0], 1, np.inf))  # a feeding carry
+@example(case=(2, ["affine", "scale"], [False, False], [0], 3, 1e308))  # a dead carry
+def test_loops_with_unread_carries_differentiate_as_eager_under_jit_grad(case):
+    """The same loops under ``nbgrad.jit(nbgrad.value_and_grad(f))``, where the loop's
+    backward is built while tracing (``loop_zeros``): a carry no read carry reads drops
+    out of the reversed loop, and the reversed loop's first steps run without the
+    cotangents still zero there. Without the first it finds a one-carry-read loop at
+    1e308 (NaN); without the second, a read carry fed by an unread one at inf."""
     _check_carry_loop(case, "interpret", through_grad=True)
 
 
 @pytest.mark.filterwarnings("ignore")
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_dead_carry_loops())
-def test_loops_with_dead_carries_differentiate_as_eager_under_jit_grad_in_tier_2(case):
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_carry_loops())
+def test_loops_with_unread_carries_differentiate_as_eager_under_jit_grad_in_tier_2(case):
     _check_carry_loop(case, "compile", through_grad=True)
+
+
+@pytest.mark.parametrize("mode", ["interpret", "compile"])
+@pytest.mark.parametrize("value", [1.0, 1e308, np.inf])
+@pytest.mark.parametrize("fn", [_feeding_carry, _feeding_chain])
+def test_a_feeding_carry_gets_no_last_step_gradient_under_jit_grad(fn, mode, value):
+    """``nbgrad.jit(nbgrad.grad(f))`` gives eager's gradient (inf, not NaN, at 1e308)."""
+    x = nb.tensor(np.array([value]), requires_grad=True)
+    with np.errstate(all="ignore"):
+        fn(x).backward()
+        g = nb.jit(nb.grad(fn), mode=mode)
+        for _ in range(2):
+            np.testing.assert_array_equal(g(nb.tensor(np.array([value]))).numpy(),
+                                          x.grad.numpy())
 
 
 @pytest.mark.parametrize("mode", ["interpret", "compile"])

@@ -15,8 +15,10 @@ linear kinds) is dropped, and ``a + 0`` reads ``a``. The reversed loop reads the
 per-step values as before (or fewer), so the forward loop does not change.
 
 A carry that the wanted ones read but whose own final value is unread (``c0' = 2 c0 +
-c1``) gets a nonzero cotangent after one step; its last step's zero still meets the
-derivative. That case stays open (``docs/reliability.md``), as in JAX.
+c1``) gets a nonzero cotangent one step in: :func:`peeled_run` runs the reversed loop's
+first steps on their own, each without the cotangents still zero there (JAX gives NaN
+there), then the rest of the loop. Loops with stacked inputs or outputs of their own
+keep the zeros (``docs/reliability.md``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from ...ops.traits import Elementwise, Matmul
 from .ir import Graph, LoopInfo, Node, Var
 from .passes import dce_nodes
 
-__all__ = ["without_zero_cotangents"]
+__all__ = ["peeled_run", "without_zero_cotangents"]
 
 
 def _live_carries(plan, wanted: set[int]) -> set[int]:
@@ -96,12 +98,11 @@ def _zero_outputs(node: Node, zero: list[bool], known: list[bool]) -> bool | int
     return None
 
 
-def _reduced(plan, dead: tuple[int, ...]):
-    """:func:`without_zero_cotangents`' plan, for the reversed loop's carries ``dead``."""
-    info = plan.bwd_info
-    body = info.body
-    off = 1 if info.index is not None else 0
-    zero = {id(body.inputs[off + j]) for j in dead}
+def _simplified(body: Graph, zero_inputs: list[Var]):
+    """``body``'s nodes and outputs when the ``zero_inputs`` are zero: ``(nodes, outputs,
+    zero)`` with the ids of the values that are zero by them in ``zero``, or None where
+    a node they reach has no known rule (``_zero_outputs``)."""
+    zero = {id(v) for v in zero_inputs}
     const_zero = {id(v) for v, a in body.consts.items() if a.size and not np.any(a)}
     alias: dict[int, Var] = {}
     nodes: list[Node] = []
@@ -123,7 +124,25 @@ def _reduced(plan, dead: tuple[int, ...]):
             zero.add(id(node.outputs[0]))
         else:
             alias[id(node.outputs[0])] = ins[what]
-    outputs = [alias.get(id(v), v) for v in body.outputs]
+    return nodes, [alias.get(id(v), v) for v in body.outputs], zero
+
+
+def _zero_const(v: Var, consts: dict) -> Var:
+    """A new constant of zeros of ``v``'s type, added to ``consts``."""
+    z = v.like()
+    consts[z] = np.zeros(v.shape, v.dtype)
+    return z
+
+
+def _reduced(plan, dead: tuple[int, ...]):
+    """:func:`without_zero_cotangents`' plan, for the reversed loop's carries ``dead``."""
+    info = plan.bwd_info
+    body = info.body
+    off = 1 if info.index is not None else 0
+    got = _simplified(body, [body.inputs[off + j] for j in dead])
+    if got is None:
+        return None
+    nodes, outputs, zero = got
     consts = dict(body.consts)
     kept_out = []
     for k, v in enumerate(outputs):
@@ -131,11 +150,7 @@ def _reduced(plan, dead: tuple[int, ...]):
             if id(v) not in zero:
                 return None
             continue
-        if id(v) in zero:  # a gradient reached only through dropped cotangents
-            z = v.like()
-            consts[z] = np.zeros(v.shape, v.dtype)
-            v = z
-        kept_out.append(v)
+        kept_out.append(_zero_const(v, consts) if id(v) in zero else v)
     nodes = dce_nodes(nodes, kept_out)
     return _rebuilt(plan, dead, nodes, kept_out, consts)
 
@@ -170,3 +185,68 @@ def _rebuilt(plan, dead: tuple[int, ...], nodes: list[Node], outputs: list[Var],
     out_pos = {k: j for j, k in enumerate(kept)}
     grad_map = [(i, out_pos[k]) for i, k in plan.grad_map if k in out_pos]
     return replace(plan, bwd_info=new_info, recipe=recipe, grad_map=grad_map)
+
+
+def _peel_step(plan, zero_pos: tuple[int, ...]) -> LoopInfo | None:
+    """One step of ``plan``'s reversed loop with its carries at ``zero_pos`` zero (their
+    inputs unread, every output kept), or None where a value they reach has no rule."""
+    info = plan.bwd_info
+    body = info.body
+    key = ("peeled step", zero_pos)
+    if key not in body.cache:
+        off = 1 if info.index is not None else 0
+        got = _simplified(body, [body.inputs[off + p] for p in zero_pos])
+        step = None
+        if got is not None:
+            nodes, outputs, zero = got
+            consts = dict(body.consts)
+            outputs = [_zero_const(v, consts) if id(v) in zero else v for v in outputs]
+            nodes = dce_nodes(nodes, outputs)
+            used = {id(v) for n in nodes for v in n.inputs if v is not None}
+            used.update(id(v) for v in outputs)
+            step = replace(info, count=1, body=Graph(
+                list(body.inputs), {v: a for v, a in consts.items() if id(v) in used},
+                nodes, outputs))
+        body.cache[key] = step
+    return body.cache[key]
+
+
+def _from_step(info: LoopInfo, j: int, count: int) -> LoopInfo:
+    """``info`` started ``j`` steps in, for ``count`` steps (its rows and counter moved)."""
+    index = None if info.index is None else (info.index[0] + info.index[1] * j, info.index[1])
+    return replace(info, count=count, index=index,
+                   xs_index=tuple((start + step * j, step) for start, step in info.xs_index))
+
+
+def peeled_run(plan, wanted: set[int], vals: list, apply_loop) -> list | None:
+    """The outputs of ``plan``'s reversed loop on ``vals`` (``apply_loop(plan.bwd_info,
+    vals)``), its first steps (the forward's last) run without the cotangents still zero
+    there. A carry that only other carries read gets its first nonzero cotangent a step
+    in (``c0' = 2 c0 + c1``, only ``c0`` used: ``c1`` from the second step back); eager
+    has no term for it before, and a zero times an infinite derivative there is NaN.
+    None where every carried cotangent is nonzero from the first step, or for a loop
+    with stacked inputs or outputs of its own (the caller runs the loop as it is)."""
+    fwd, info = plan.fwd_info, plan.bwd_info
+    nc, count = fwd.n_carry, info.count
+    cts = [i for kind, i in plan.recipe if kind == "ct"]
+    if fwd.n_xs or plan.n_out != nc or info.ys_index or not count or \
+            any(i >= nc for i in cts):
+        return None
+    have = {i for i in cts if i in wanted}
+    steps = []
+    while have != set(cts) and len(steps) < count:
+        grown = have | {k for i in have for k in plan.step_reach[i] if k in cts}
+        step = _peel_step(plan, tuple(p for p, i in enumerate(cts) if i not in have))
+        if step is None or grown == have:  # (carries that stay zero: the plan keeps them)
+            return None
+        steps.append(step)
+        have = grown
+    if not steps:
+        return None
+    vals = list(vals)
+    for j, step in enumerate(steps):
+        outs = apply_loop(_from_step(step, j, 1), vals)
+        vals[:info.n_carry] = outs[:info.n_carry]
+    if len(steps) == count:
+        return outs
+    return apply_loop(_from_step(info, len(steps), count - len(steps)), vals)

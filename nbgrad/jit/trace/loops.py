@@ -39,7 +39,7 @@ from ..reference import replay
 from .autodiff import consts_for, joint_graph, partial_eval, reached_inputs, unrolled_reach
 from .handles import run_owned
 from .ir import LOOP, STOP_GRADIENT, Graph, LoopInfo, Node, Var, make_loop, type_str
-from .loop_zeros import without_zero_cotangents
+from .loop_zeros import peeled_run, without_zero_cotangents
 from .passes import accumulate_into, dce_nodes
 from .tracer import Tracer, run_traced, user_site
 
@@ -511,10 +511,12 @@ def _backward(plan: LoopPlan, inputs: list[Tensor], outs: list[Tensor], grads: l
             vals.append(outs[k])
         else:
             vals.append(inputs[k])
-    bouts = apply_loop(plan.bwd_info, vals)
+    wanted = {k for k in range(plan.n_out) if k < len(grads) and grads[k] is not None}
+    bouts = peeled_run(plan, wanted, vals, apply_loop)
+    if bouts is None:
+        bouts = apply_loop(plan.bwd_info, vals)
     # as the eager Python loop: an input that no output with a gradient reads over the
     # steps gets no gradient (None), not zeros
-    wanted = {k for k in range(plan.n_out) if k < len(grads) and grads[k] is not None}
     reached = unrolled_reach(plan.fwd_info.count, plan.fwd_info.n_carry, plan.step_reach,
                              wanted)
     res: list = [None] * len(inputs)

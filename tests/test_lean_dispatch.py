@@ -503,3 +503,18 @@ def test_in_place_ops_with_gradients_or_odd_operands_keep_the_general_path():
     ro = nb.broadcast_to(nb.tensor(_data(np.float64, 17, (4,))), (3, 4))
     with pytest.raises(RuntimeError, match="read-only view"):
         ro.mul_(2.0)
+
+
+def test_in_place_ops_take_the_general_path_without_numpys_error_state(monkeypatch):
+    """Where NumPy lacks the error-state switch the lean path needs (``ew.QUIET``), every
+    call of an in-place op takes the general path, first and later (a cached ufunc made
+    a second call unpack None)."""
+    from nbgrad.kernels import elementwise as ew
+    monkeypatch.setattr(ew, "QUIET", None)
+    monkeypatch.setattr(dispatch, "_INPLACE_UFUNCS", {})
+    x = nb.tensor(_data(np.float64, 18))
+    want = x.numpy() * 4.0
+    with nb.no_grad():
+        x.mul_(2.0)
+        x.mul_(2.0)
+    np.testing.assert_array_equal(x.numpy(), want)

@@ -327,10 +327,11 @@ def apply_lean_inplace(name: str, self, other) -> Tensor | None:
         if y is None or (grad and self._requires_grad):
             return None
     ufunc = _INPLACE_UFUNCS.get(name)
-    if ufunc is None:
-        ufunc = _INPLACE_UFUNCS[name] = ew.exact_ufunc(name)
-        if ufunc is None or ew.QUIET is None:
+    if ufunc is None:  # (none where NumPy lacks the error state ``ew.QUIET`` switches)
+        ufunc = ew.exact_ufunc(name) if ew.QUIET is not None else None
+        if ufunc is None:
             return None
+        _INPLACE_UFUNCS[name] = ufunc
     setvar, reset, quiet = ew.QUIET
     token = setvar(quiet)
     try:

@@ -249,12 +249,9 @@ def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | No
                 and op.differentiable):
             (op.run_record or _recorder)(op, (self, other), [out])
         return out
-    # a nonzero float's cached constant without a call (``_constant``'s key for it)
-    pair = _CONSTANTS[dt].get(other) if type(other) is float and other else None
+    pair = _lean_constant(other, dt)
     if pair is None:
-        pair = _lean_constant(other, dt)
-        if pair is None:
-            return None
+        return None
     o, flat = pair
     out = wrap_array(lean(x, o._data, flat))
     if self._requires_grad and STATE.grad_enabled and op.differentiable:
@@ -265,7 +262,12 @@ def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | No
 def _lean_constant(other, dt: np.dtype) -> tuple[Tensor, np.ndarray] | None:
     """The cached 0-d constant of a Python scalar ``other`` in dtype ``dt`` and its flat
     copy (:func:`_constant`), or None where ``other`` is not a weak scalar."""
-    if type(other) is not float:
+    if type(other) is float:
+        if other:  # a nonzero float's cached pair without a call (``_constant``'s key)
+            pair = _CONSTANTS[dt].get(other)
+            if pair is not None:
+                return pair
+    else:
         other = _weak_scalar(other)
         if other is None:
             return None
@@ -284,11 +286,9 @@ def apply_lean_reflected(op: OpDef, self, other) -> Tensor | None:
     dt = x.dtype
     if not ((dt is _F64 or dt is _F32) and x.flags.c_contiguous):
         return None
-    pair = _CONSTANTS[dt].get(other) if type(other) is float and other else None
-    if pair is None:  # (as in apply_lean)
-        pair = _lean_constant(other, dt)
-        if pair is None:
-            return None
+    pair = _lean_constant(other, dt)
+    if pair is None:
+        return None
     o, flat = pair
     out = wrap_array(lean(x, o._data, flat, True))
     if self._requires_grad and STATE.grad_enabled and op.differentiable:

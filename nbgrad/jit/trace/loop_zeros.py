@@ -30,6 +30,7 @@ import numpy as np
 from ...autograd.forward import LINEAR_KINDS
 from ...ops.registry import REGISTRY
 from ...ops.traits import Elementwise, Matmul
+from .autodiff import consts_for
 from .ir import Graph, LoopInfo, Node, Var
 from .passes import dce_nodes
 
@@ -178,7 +179,7 @@ def _rebuilt(plan, dead: tuple[int, ...], nodes: list[Node], outputs: list[Var],
             xs_index.append(info.xs_index[k - info.n_carry])
     shift = {k: k - sum(1 for r in removed if r < k) for k in range(len(body.inputs))}
     recipe = [(kind, shift[k]) if kind == "zeros" else (kind, k) for kind, k in recipe]
-    b_consts = {v: a for v, a in consts.items() if id(v) in used}
+    b_consts = consts_for(Graph(consts=consts), nodes, outputs)
     new_info = LoopInfo(info.count, n_keep_carry, len(xs_index), tuple(xs_index),
                         info.ys_index, info.index, Graph(inputs, b_consts, nodes, outputs))
     kept = [k for k in range(len(body.outputs)) if k not in dead]
@@ -202,10 +203,8 @@ def _peel_step(plan, zero_pos: tuple[int, ...]) -> LoopInfo | None:
             consts = dict(body.consts)
             outputs = [_zero_const(v, consts) if id(v) in zero else v for v in outputs]
             nodes = dce_nodes(nodes, outputs)
-            used = {id(v) for n in nodes for v in n.inputs if v is not None}
-            used.update(id(v) for v in outputs)
             step = replace(info, count=1, body=Graph(
-                list(body.inputs), {v: a for v, a in consts.items() if id(v) in used},
+                list(body.inputs), consts_for(Graph(consts=consts), nodes, outputs),
                 nodes, outputs))
         body.cache[key] = step
     return body.cache[key]

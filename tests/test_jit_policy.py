@@ -104,7 +104,7 @@ def test_compile_time_inside_a_run_is_not_tier1_time(rng, monkeypatch):
         return real(self, arrays)
 
     monkeypatch.setattr(TapeExecutable, "run", run)
-    prog = program.Program("interpret", False, "test.f")
+    prog = program.Program("auto", False, "test.f")
     prog.run("main", graph_of, arrays)
     assert prog.seconds == pytest.approx(0.001)
     assert prog.samples["interpret"].best["main"] == pytest.approx(0.001)
@@ -234,7 +234,7 @@ def test_runs_beside_a_background_compile_are_no_samples(rng, monkeypatch):
     """A run that shared the machine with a background compile (in flight at its start,
     or started or ended during it) would make its tier look slower: not a sample."""
     graph_of, arrays = _graph(rng)
-    prog = program.Program("interpret", False, "test.f")
+    prog = program.Program("auto", False, "test.f")
     with program.compiling():
         prog.run("main", graph_of, arrays)
     real = TapeExecutable.run
@@ -327,3 +327,33 @@ def test_a_large_pool_is_made_afresh_with_its_constants(rng, monkeypatch):
     (entry,) = f._cache.values()
     exe = entry.program.executables()["main"]
     np.testing.assert_array_equal(exe._new_pool(), exe.template)
+
+
+# ------------------------------------------------------------------ settled programs
+def test_runs_are_timed_only_while_they_can_change_the_tier(rng, monkeypatch):
+    """A program that no run can move (tier 1 for good, a mode that never promotes, tier
+    2 measured) runs its executable untimed; the others are timed for the policy."""
+    graph_of, arrays = _graph(rng)
+    clock = []
+    monkeypatch.setattr(timing, "clock", lambda: clock.append(1) or 0.0)
+    auto = program.Program("auto", False, "test.f")
+    want = auto.run("main", graph_of, arrays)
+    assert clock and not auto.settled() and auto.calls == 1  # timed: it may be promoted
+    for tier in (program.TIER1_SLOWER, program.TIER1_FINAL, program.TIER1_MISMATCH):
+        auto.tier = tier
+        clock.clear()
+        got = auto.run("main", graph_of, arrays)
+        assert not clock and auto.settled()
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+    fixed = program.Program("interpret", False, "test.f")
+    fixed.run("main", graph_of, arrays)
+    fixed.run("bwd", graph_of, arrays, count=False)
+    assert not clock and fixed.settled() and fixed.calls == 1
+    compiled = program.Program("compile", False, "test.f")
+    compiled.measuring = True
+    assert not compiled.settled()  # its runs are the measurement's samples
+    compiled.measured = {"kept": True}
+    assert compiled.settled()
+    compiled.tier = program.PROMOTING
+    assert not compiled.settled()

@@ -518,3 +518,25 @@ def test_in_place_ops_take_the_general_path_without_numpys_error_state(monkeypat
         x.mul_(2.0)
         x.mul_(2.0)
     np.testing.assert_array_equal(x.numpy(), want)
+
+
+def test_exact_ints_share_their_float_twins_constant(monkeypatch):
+    """The lean path finds an exact Python int's constant under the float equal to it
+    (one cached pair for ``2 * x`` and ``2.0 * x``, found without converting the int);
+    ints wider than float64's exact range are no weak scalars there (the general path
+    converts them)."""
+    x = nb.tensor(np.array([1.5, -2.0]))
+    want = (2.0 * x).numpy()
+    monkeypatch.setattr(dispatch, "_weak_scalar", None)  # a cached int needs no call
+    np.testing.assert_array_equal((2 * x).numpy(), want)
+    np.testing.assert_array_equal((x * 2).numpy(), want)
+    monkeypatch.undo()
+    for dt in (np.dtype(np.float64), np.dtype(np.float32)):
+        assert dispatch._lean_constant(2, dt) is dispatch._lean_constant(2.0, dt)
+        assert dispatch._lean_constant(True, dt) is dispatch._lean_constant(1.0, dt)
+        assert dispatch._lean_constant(-3, dt)[0].numpy() == dt.type(-3.0)
+        dispatch._lean_constant(float(2 ** 60), dt)  # its float twin cached
+        assert dispatch._lean_constant(2 ** 60, dt) is None
+        assert dispatch._lean_constant(2 ** 53, dt) is dispatch._lean_constant(2.0 ** 53, dt)
+        zero = dispatch._lean_constant(0, dt)[0].numpy()
+        assert zero == 0 and not np.signbit(zero)

@@ -36,9 +36,13 @@ def _root_gradients(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> 
                 raise RuntimeError("grad can be implicitly created only for scalar outputs; "
                                    f"output {i} has shape {tuple(out.shape)}: pass "
                                    "grad_tensors / grad_outputs")
-            g = wrap_array(np.ones(out._data.shape, out._data.dtype)) \
-                if out._device is cpu_device and STATE_TRACE.tracer is None \
-                else ones_like(out)  # (the first is ones_like(out) less its dispatch)
+            if out._device is cpu_device and STATE_TRACE.tracer is None:
+                # ones_like(out) less its dispatch (a 0-d loss: without np.ones' steps)
+                d = out._data
+                g = wrap_array(np.array(1, d.dtype) if d.ndim == 0 else
+                               np.ones(d.shape, d.dtype))
+            else:
+                g = ones_like(out)
         elif not isinstance(g, Tensor):
             g = tensor(g, dtype=out.dtype)
         if tuple(g.shape) != tuple(out.shape):

@@ -406,7 +406,9 @@ class JitBackward(Node):
             raise RuntimeError(RETAIN_GRAPH_MESSAGE)
         entry = self.entry
         inputs = [s.unpack(self) for s in self.saved]
-        split = entry.split([t._data for t in inputs])
+        split = entry._split  # None until a backward first needs it
+        if split is None:
+            split = entry.split([t._data for t in inputs])
         joint = split.joint
         cts = []
         for k in joint.diff:

@@ -97,6 +97,9 @@ TIER1_FINAL = "interpret (tier 2 refused)"
 #: the tier of a program whose generated code measured slower than tier 1 (for good)
 TIER1_SLOWER = "interpret (tier 2 measured slower)"
 
+#: tiers no run leaves (:meth:`Program.settled`)
+_SETTLED = frozenset({TIER1_FINAL, TIER1_SLOWER, TIER1_MISMATCH, "reference", "cuda"})
+
 _TIER2_WARNED = False
 
 
@@ -249,6 +252,12 @@ class Program:
             t1 = self.rough
             quick.join(min(QUICK_WAIT_S, 0.5 * t1.total(t1.best)))
         exe = self._get(role, graph_of)
+        if self.settled():  # no run can change the tier now: none is timed
+            outs = owning(exe).run(arrays)
+            self.calls += count
+            if count and interpreter.PENDING:
+                build_interpreter()
+            return outs
         if count and self.trace_seconds is not None and self.early(exe):
             self.start_promotion()
         checks = isinstance(exe, Checked) and exe.verdict is None
@@ -266,6 +275,17 @@ class Program:
         if count and interpreter.PENDING:  # after a result: tier 1 ran eager ops for it
             build_interpreter()
         return outs
+
+    def settled(self) -> bool:
+        """Whether no later run can change this program's tier, so that runs need no
+        timing (:meth:`called`): tier 2 measured (or not measuring), tier 1 for good (a
+        final state, or a mode that never promotes), the reference or CUDA tier."""
+        tier = self.tier
+        if tier == "compile":
+            return self.measured is not None or not self.measuring
+        if tier == "interpret":
+            return self.mode != "auto"
+        return tier in _SETTLED
 
     # ------------------------------------------------------------------ promotion check
     def adopt(self, role: str, exe: Executable) -> Executable:

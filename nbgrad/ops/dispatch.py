@@ -262,11 +262,15 @@ def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | No
 def _lean_constant(other, dt: np.dtype) -> tuple[Tensor, np.ndarray] | None:
     """The cached 0-d constant of a Python scalar ``other`` in dtype ``dt`` and its flat
     copy (:func:`_constant`), or None where ``other`` is not a weak scalar."""
-    if type(other) is float:
-        if other:  # a nonzero float's cached pair without a call (``_constant``'s key)
+    t = type(other)
+    if t is float or (t is int and -_EXACT_INT <= other <= _EXACT_INT):
+        # a nonzero scalar's cached pair without a call (``_constant``'s key; an exact
+        # int finds the float equal to it, which is the value it converts to)
+        if other:
             pair = _CONSTANTS[dt].get(other)
             if pair is not None:
                 return pair
+        other = float(other)
     else:
         other = _weak_scalar(other)
         if other is None:

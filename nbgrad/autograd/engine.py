@@ -123,6 +123,8 @@ class GraphTask:
         buf[nr] = _sum(buf[nr], grad)
 
     def run(self, roots: Sequence[tuple[Edge, Tensor]]) -> list:
+        if len(roots) == 1 and self.accumulate and self._into_leaves(roots[0][0][0]):
+            return self._run_into_leaves(roots[0])
         root_nodes = list(dict.fromkeys(edge[0] for edge, _ in roots))
         if self.accumulate:
             deps = count_dependencies(root_nodes)
@@ -204,6 +206,45 @@ class GraphTask:
                         node = None
                     else:  # the only ready node: the heap would give it next
                         node = new
+        finally:
+            STATE.grad_enabled = enabled
+        return self.results
+
+    def _into_leaves(self, node: Node) -> bool:
+        """Whether ``backward()`` from ``node`` is its one backward and then leaves'
+        accumulations (``loss.backward()`` of a jitted call, or of one op on leaves):
+        no hooks, retained gradients or anomaly mode anywhere, no subclass deciding each
+        node, every edge to the accumulator of a different leaf or to nothing."""
+        if (type(node) is AccumulateGrad or node._pre_hooks or node._post_hooks
+                or node._retain or ANOMALY._enabled
+                or type(self).execute is not GraphTask.execute):
+            return False
+        seen = set()
+        for edge in node.next_edges:
+            if edge is None:
+                continue
+            leaf = edge[0]
+            if (type(leaf) is not AccumulateGrad or edge[1] or leaf._pre_hooks
+                    or leaf._retain or leaf.variable._hooks or leaf in seen):
+                return False
+            seen.add(leaf)
+        return True
+
+    def _run_into_leaves(self, root: tuple[Edge, Tensor]) -> list:
+        """:meth:`run` where :meth:`_into_leaves` holds: the node's backward, then each
+        gradient into its leaf's ``.grad``, as the general walk would (less its
+        bookkeeping: dependency counts, buffers, a heap)."""
+        (node, nr), grad = root
+        grads = [None] * nr + [grad]
+        enabled = STATE.grad_enabled
+        STATE.grad_enabled = self.create_graph
+        try:
+            outs = node.apply(grads, self.create_graph)
+            if not self.retain_graph:
+                node.release()
+            for edge, g in zip(node.next_edges, outs, strict=True):
+                if edge is not None:
+                    accumulate_into(edge[0].variable, g, self.create_graph)
         finally:
             STATE.grad_enabled = enabled
         return self.results

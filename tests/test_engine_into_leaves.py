@@ -112,12 +112,18 @@ SHORTCUT = ["one op", "one op, a leaf without grad", "existing grads add", "jit"
             "create_graph, then through the gradient", "released"]
 
 
-@pytest.mark.parametrize("name", SHORTCUT)
-def test_the_shortcut_gives_what_the_general_walk_gives(monkeypatch, name):
-    taken = []
+@pytest.fixture
+def taken(monkeypatch) -> list:
+    """One entry per backward that took the shortcut."""
+    calls: list = []
     real = engine.GraphTask._run_into_leaves
     monkeypatch.setattr(engine.GraphTask, "_run_into_leaves",
-                        lambda self, root: taken.append(1) or real(self, root))
+                        lambda self, root: calls.append(1) or real(self, root))
+    return calls
+
+
+@pytest.mark.parametrize("name", SHORTCUT)
+def test_the_shortcut_gives_what_the_general_walk_gives(monkeypatch, taken, name):
     leaves, run = _scenario(name)
     extra = run()
     got = [None if t.grad is None else t.grad.numpy().copy() for t in leaves]
@@ -133,11 +139,7 @@ def test_the_shortcut_gives_what_the_general_walk_gives(monkeypatch, name):
     np.testing.assert_array_equal(np.asarray(extra), np.asarray(extra2))
 
 
-def test_graphs_with_hooks_or_more_nodes_take_the_general_walk(monkeypatch):
-    taken = []
-    real = engine.GraphTask._run_into_leaves
-    monkeypatch.setattr(engine.GraphTask, "_run_into_leaves",
-                        lambda self, root: taken.append(1) or real(self, root))
+def test_graphs_with_hooks_or_more_nodes_take_the_general_walk(taken):
     x, y = _leaves()
     seen = []
     x.register_hook(lambda g: seen.append(g.numpy().copy()))

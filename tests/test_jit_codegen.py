@@ -174,6 +174,26 @@ def test_a_region_that_reads_a_sibling_sum_is_not_merged_into_it():
     compile_and_compare(g, arrays)
 
 
+def test_a_region_runs_right_after_the_opaque_node_whose_result_it_reads(rng):
+    # an SGD update traced at the end of a step (``W - lr * (X.T @ G)``) runs right after
+    # its product, while the gradient is in cache, not after every later product
+    def f(W, X, G, V):
+        gW = X.T @ G
+        h = V @ V
+        return gW, h, W - 0.1 * gW
+
+    arrays = [rng.standard_normal(s) for s in ((5, 4), (20, 5), (20, 4), (30, 30))]
+    g = trace(f, *arrays)
+    groups = fusion.plan(g).groups
+    order = [grp.node.op if grp.kind == "node" else "region" for grp in groups]
+    assert [op for op in order if op in ("matmul", "region")] == ["matmul", "region", "matmul"]
+    # only regions move (pure loops): opaque nodes, objmode calls among them, keep the
+    # order they were traced in
+    products = [grp.node for grp in groups if grp.kind == "node" and grp.node.op == "matmul"]
+    assert products[1].inputs[0] is g.inputs[3]
+    compile_and_compare(g, arrays)
+
+
 def test_unstack_invariants_reads_the_invariant_instead_of_a_stack():
     # a forward loop that stacks an invariant each step, and a reverse loop reading it
     x, inv = Var((3,), np.float64), Var((3,), np.float64)

@@ -461,7 +461,11 @@ def _acyclic_choice(cands: list[int], others: list[int], late_deps: dict[int, se
 
 
 def _toposort(groups: dict[int, Group], deps: dict[int, set[int]], uf: _UnionFind) -> list[Group]:
-    """Groups in dependency order (ties: the position of their first node)."""
+    """Groups in dependency order: ties by the position of their first node, except that
+    the regions an opaque node's results make ready run right after it, while those
+    results are in cache (``W - lr * (X.T @ g)`` after its product, not at the end of the
+    step where it was traced). Regions are pure loops, so only their place changes;
+    opaque nodes (Python calls among them) keep their order."""
     ids = list(groups)
     real = {g: {uf.find(d) for d in deps[g]} - {g} for g in ids}
     users: dict[int, list[int]] = {g: [] for g in ids}
@@ -472,14 +476,17 @@ def _toposort(groups: dict[int, Group], deps: dict[int, set[int]], uf: _UnionFin
             indeg[g] += 1
     heap = [(groups[g].first, g) for g in ids if indeg[g] == 0]
     heapq.heapify(heap)
+    hot: list[tuple[int, int]] = []  # a heap too: the regions the last opaque node readied
     out: list[Group] = []
-    while heap:
-        _, g = heapq.heappop(heap)
+    while heap or hot:
+        _, g = heapq.heappop(hot or heap)
         out.append(groups[g])
+        opaque = groups[g].kind == "node"
         for u in users[g]:
             indeg[u] -= 1
             if indeg[u] == 0:
-                heapq.heappush(heap, (groups[u].first, u))
+                hot_u = opaque and groups[u].kind == "region"
+                heapq.heappush(hot if hot_u else heap, (groups[u].first, u))
     if len(out) != len(ids):  # pragma: no cover - the merge rule keeps groups acyclic
         raise RuntimeError("nbgrad.jit fusion: grouping produced a cycle")
     return out

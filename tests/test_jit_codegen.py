@@ -174,7 +174,7 @@ def test_a_region_that_reads_a_sibling_sum_is_not_merged_into_it():
     compile_and_compare(g, arrays)
 
 
-def test_a_region_runs_right_after_the_opaque_node_whose_result_it_reads(rng):
+def test_a_region_runs_right_after_the_opaque_node_whose_result_it_reads(rng, monkeypatch):
     # an SGD update traced at the end of a step (``W - lr * (X.T @ G)``) runs right after
     # its product, while the gradient is in cache, not after every later product
     def f(W, X, G, V):
@@ -192,6 +192,9 @@ def test_a_region_runs_right_after_the_opaque_node_whose_result_it_reads(rng):
     products = [grp.node for grp in groups if grp.kind == "node" and grp.node.op == "matmul"]
     assert products[1].inputs[0] is g.inputs[3]
     compile_and_compare(g, arrays)
+    monkeypatch.setattr(fusion, "PRODUCER_FIRST", False)  # the traced order (comparisons)
+    order = [grp.node.op if grp.kind == "node" else "region" for grp in fusion.plan(g).groups]
+    assert [op for op in order if op in ("matmul", "region")] == ["matmul", "matmul", "region"]
 
 
 def test_unstack_invariants_reads_the_invariant_instead_of_a_stack():

@@ -460,6 +460,11 @@ def _acyclic_choice(cands: list[int], others: list[int], late_deps: dict[int, se
     return chosen
 
 
+#: whether the regions an opaque node makes ready run right after it (:func:`_toposort`;
+#: False: in traced order, for comparisons such as ``python -m perf.region_order``)
+PRODUCER_FIRST = True
+
+
 def _toposort(groups: dict[int, Group], deps: dict[int, set[int]], uf: _UnionFind) -> list[Group]:
     """Groups in dependency order: ties by the position of their first node, except that
     the regions an opaque node's results make ready run right after it, while those
@@ -481,7 +486,7 @@ def _toposort(groups: dict[int, Group], deps: dict[int, set[int]], uf: _UnionFin
     while heap or hot:
         _, g = heapq.heappop(hot or heap)
         out.append(groups[g])
-        opaque = groups[g].kind == "node"
+        opaque = PRODUCER_FIRST and groups[g].kind == "node"
         for u in users[g]:
             indeg[u] -= 1
             if indeg[u] == 0:

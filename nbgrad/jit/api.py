@@ -329,12 +329,13 @@ class _Entry:
         split = self.split()
         return optimize(split.fwd if which == "fwd" else split.bwd)
 
-    def split(self, example: list[np.ndarray] | None = None):
+    def split(self, example: list | None = None):
         """The forward-with-residuals and backward graphs (built on first need, by
-        differentiating the graph on ``example`` input values)."""
+        differentiating the graph on ``example`` input values: arrays or tensors)."""
         if self._split is None:
             if example is None:
                 example = [np.zeros(v.shape, v.dtype) for v in self.graph.inputs]
+            example = [a._data if isinstance(a, Tensor) else a for a in example]
             if self.cuda:  # the joint graph is traced on the CPU (ops are device-neutral)
                 example = [to_host(a) for a in example]
             self._split = split_vjp(optimize(self.traced, BEFORE_AUTODIFF), self.rg, example)
@@ -406,9 +407,7 @@ class JitBackward(Node):
             raise RuntimeError(RETAIN_GRAPH_MESSAGE)
         entry = self.entry
         inputs = [s.unpack(self) for s in self.saved]
-        split = entry._split  # None until a backward first needs it
-        if split is None:
-            split = entry.split([t._data for t in inputs])
+        split = entry.split(inputs)
         joint = split.joint
         cts = []
         for k in joint.diff:

@@ -255,9 +255,15 @@ class Program:
         if self.settled():  # no run can change the tier now: none is timed
             outs = owning(exe).run(arrays)
             self.calls += count
-            if count and interpreter.PENDING:
-                build_interpreter()
-            return outs
+        else:
+            outs = self._timed_run(role, exe, arrays, count)
+        if count and interpreter.PENDING:  # after a result: tier 1 ran eager ops for it
+            build_interpreter()
+        return outs
+
+    def _timed_run(self, role: str, exe: Executable, arrays: Sequence, count: bool) -> list:
+        """:meth:`run` of a program whose tier may still change: the run timed for the
+        policy (:meth:`called`), the promotion started when it is due."""
         if count and self.trace_seconds is not None and self.early(exe):
             self.start_promotion()
         checks = isinstance(exe, Checked) and exe.verdict is None
@@ -272,8 +278,6 @@ class Program:
             # the check ran the tape this program ran (warm), after the compile
             self.samples["interpret"].add(role, exe.tier1_seconds)
         self.called(max(seconds, 0.0), count, role, run_tier(exe), exe, clean)
-        if count and interpreter.PENDING:  # after a result: tier 1 ran eager ops for it
-            build_interpreter()
         return outs
 
     def settled(self) -> bool:

@@ -4,6 +4,7 @@ the general path's in both tiers."""
 
 from __future__ import annotations
 
+import functools
 import gc
 
 import numpy as np
@@ -261,7 +262,7 @@ def test_segmented_step_runners_take_any_layout_and_name_the_function(mode):
     (a C-contiguous array of the node's dtype) and odd ones (a list, another dtype, a
     strided view, another shape of the same size) give the same values; a result of the
     wrong dtype and a user error raise, naming the Function."""
-    from nbgrad.jit.trace.pythonop import run_backward, run_forward
+    from nbgrad.jit.trace.pythonop_run import run_backward, run_forward
 
     jf = nb.jit(lambda t: Shifty.apply(t).sum(), mode=mode)
     x0 = np.linspace(1.0, 2.0, 5)
@@ -270,21 +271,26 @@ def test_segmented_step_runners_take_any_layout_and_name_the_function(mode):
     entry = next(iter(jf._cache.values()))
     (fstep,) = [s for s in entry.executable("fwd").steps if s[1] is not None]
     (bstep,) = [s for s in entry.executable("bwd").steps if s[1] is not None]
-    assert (fstep[0], bstep[0]) == (run_forward, run_backward)
     fplan, bplan = fstep[1], bstep[1]
-    h0, y0 = run_forward(fplan, [x0])
-    (g0,) = run_backward(bplan, [h0, np.ones(5), y0])
+    assert (fstep[0], bstep[0]) == (fplan.run, bplan.run)
+    # the common input takes the runners' inline copy, the odd ones the general one
+    frun = functools.partial(run_forward, fplan)
+    brun = functools.partial(run_backward, bplan)
+    h0, y0 = frun([x0])
+    (g0,) = brun([h0, np.ones(5), y0])
     for arg in (x0, list(x0), np.linspace(1.0, 2.0, 9)[::2], x0.reshape(1, 5)):
-        h, y = run_forward(fplan, [arg])
+        h, y = frun([arg])
         np.testing.assert_array_equal(y, y0)
         assert y.dtype == y0.dtype and y.flags.c_contiguous
         for g in (np.ones(5), list(np.ones(5)), np.full(5, 1.0, np.float32)):
-            np.testing.assert_array_equal(run_backward(bplan, [h, g, y])[0], g0)
+            np.testing.assert_array_equal(brun([h, g, y])[0], g0)
         del h
     with pytest.raises(RuntimeError, match=r"Shifty\.forward returned float32\[5\]"):
-        run_forward(fplan, [-x0])  # a value-dependent dtype
+        frun([-x0])  # a value-dependent dtype
     with pytest.raises(ZeroDivisionError, match=r"Shifty\.backward: gradient too"):
-        run_backward(bplan, [h0, np.full(5, 1000.0), y0])  # a user error
+        brun([h0, np.full(5, 1000.0), y0])  # a user error
+    with pytest.raises(ValueError, match=r"PythonOp of .*Shifty: 2 inputs, the node has 1"):
+        frun([x0, x0])
     del h0
     gc.collect()
     assert htable.live_contexts() == 0

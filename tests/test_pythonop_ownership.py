@@ -1,7 +1,8 @@
-"""Who owns what a PythonOp makes: its handle's table entry keeps the weak reference that
-releases it (``HandleTable.owned``), and the arrays its user code returns are the graph's
-values without a copy where nothing else can reach them (``pythonop._take``), copies
-where something can (a saved output, a returned input, a view, a kept array)."""
+"""Who owns what a PythonOp makes: its context, which is its own handle where the handle
+leaves the run only as itself (``handles.SelfHandle``), and the arrays its user code
+returns, which are the graph's values without a copy where nothing else can reach them
+(``pythonop_run._take``), copies where something can (a saved output, a returned input,
+a view, a kept array)."""
 
 from __future__ import annotations
 
@@ -75,7 +76,9 @@ def _no_leaked_contexts():
 
 
 @pytest.mark.parametrize("mode", ["interpret", "compile"])
-def test_handle_entries_keep_their_own_weak_reference(mode):
+def test_a_segmented_forward_returns_the_context_as_its_handle(mode):
+    """Where the handle leaves the run only as itself, it is the context (no table entry,
+    no weak reference): it lives as long as the outputs' backward node holds it."""
     jf = nb.jit(lambda t: Made.apply(t).sum(), mode=mode)
     x0 = np.linspace(-1.0, 1.0, 5)
     for _ in range(3):  # the trace, then the segmented runs
@@ -85,12 +88,45 @@ def test_handle_entries_keep_their_own_weak_reference(mode):
     assert next(iter(jf._cache.values())).executable("fwd").arrays_own
     refs = len(htable._OWNER_REFS)
     loss = jf(nb.tensor(x0, requires_grad=True))
-    assert htable.live_contexts() == 1
-    assert len(htable._OWNER_REFS) == refs  # the entry holds it, no table of owners
-    ((ctx, name, owners, ref),) = htable.HANDLES._live.values()
-    assert owners == 1 and name.endswith("Made") and ref() is not None
-    del loss  # the handle array dies with the outputs: its entry goes
+    assert htable.live_contexts() == 1 and len(htable.HANDLES) == 0
+    assert len(htable._OWNER_REFS) == refs
+    (ctx,) = [r for r in loss.grad_fn.residuals if isinstance(r, htable.SelfHandle)]
+    assert len(ctx.to_save) == 1
+    del loss, ctx  # the context dies with the outputs (no collection needed)
     assert htable.live_contexts() == 0
+
+
+def test_handles_read_by_native_code_become_table_entries():
+    """A context given as its own handle to code that reads handles as numbers (a
+    backward that does not run segmented) gets a handle array for the run."""
+    from nbgrad.jit import segments
+
+    ctx = htable.SelfHandle()
+    arr = htable.as_handle(ctx)
+    assert arr.dtype == np.int64 and arr.shape == ()
+    assert htable.HANDLES.get(int(arr), "f") is ctx
+    assert htable.as_handle(arr) is arr
+    del arr
+    assert len(htable.HANDLES) == 0
+    jf = nb.jit(lambda t: Made.apply(t).sum(), mode="interpret")
+    x0 = np.linspace(-1.0, 1.0, 5)
+    for _ in range(2):
+        jf(nb.tensor(x0, requires_grad=True)).backward()
+    entry = next(iter(jf._cache.values()))
+    loss = jf(nb.tensor(x0, requires_grad=True))
+    assert any(isinstance(r, htable.SelfHandle) for r in loss.grad_fn.residuals)
+    saved, segments.ENABLED = segments.ENABLED, False
+    try:  # the backward built again, not segmented: its tape reads the handle
+        entry.program._exe.pop("bwd")
+        x = nb.tensor(x0, requires_grad=True)
+        loss = jf(x)
+        loss.backward()
+        bwd = entry.program._exe["bwd"]
+        assert isinstance(bwd, htable.HandleInputs)
+    finally:
+        segments.ENABLED = saved
+    np.testing.assert_array_equal(x.grad.numpy(), 2 * x0)
+    del ctx, loss
 
 
 @pytest.mark.parametrize("mode", ["interpret", "compile"])
@@ -111,7 +147,7 @@ def test_arrays_nothing_else_reaches_are_not_copied(mode):
     ctx.save_for_backward(nb.tensor(x0))
     handle = htable.HANDLES.owned(ctx, plan.name)
     Made.made.clear()
-    (g,) = pythonop.run_backward(plan, [handle, np.ones(5), x0 * x0])
+    (g,) = plan.run([handle, np.ones(5), x0 * x0])
     assert g is Made.made[0]()  # the backward's own array
     np.testing.assert_array_equal(g, 2 * x0)
 

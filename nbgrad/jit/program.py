@@ -46,7 +46,7 @@ from .tier1 import interpreter
 from .tier1.lowering import build_tape, loop_executable
 from .tier2 import codegen
 from .trace.function_trace import expand
-from .trace.handles import owning
+from .trace.handles import handle_inputs, owning
 from .trace.ir import Graph, LoopInfo
 from .verify import TIER1_MISMATCH, Checked, OnHost, checked
 from .verify import enabled as verify_enabled
@@ -117,16 +117,23 @@ def build(graph: Graph, tier: str = "interpret") -> Executable:
     Generated code (``"compile"``, ``"cuda"``) comes wrapped in a
     :class:`nbgrad.jit.verify.Checked`: its first run is checked against tier 1.
     """
-    global _TIER2_WARNED
     graph = expand(graph)
+    if tier in ("compile", "interpret") and segmented(graph):
+        # PythonOps as plain Python calls between native segments of this tier
+        return SegmentedExecutable(graph, tier, build)
+    # the others may be given PythonOp contexts that are their own handles (a segmented
+    # forward's residuals): they get handle arrays
+    return handle_inputs(_build_native(graph, tier))
+
+
+def _build_native(graph: Graph, tier: str) -> Executable:
+    """:func:`build` of a graph that does not run segmented."""
+    global _TIER2_WARNED
     if tier == "reference":
         return owning(Executable(graph))
     if tier == "cuda":  # a graph of CUDA tensors: fused @cuda.jit kernels
         from .cuda.fusion import CudaExecutable  # optional: needs a CUDA runtime
         return owning(checked(CudaExecutable(graph)))
-    if tier in ("compile", "interpret") and segmented(graph):
-        # PythonOps as plain Python calls between native segments of this tier
-        return SegmentedExecutable(graph, tier, build)
     if tier == "compile":
         gen = tier2()
         if gen is not None:
@@ -135,7 +142,7 @@ def build(graph: Graph, tier: str = "interpret") -> Executable:
             _TIER2_WARNED = True
             warnings.warn("nbgrad.jit: tier-2 code generation is not available in this build; "
                           "mode='compile' runs the tier-1 interpreter", RuntimeWarning,
-                          stacklevel=4)
+                          stacklevel=5)
     return owning(build_tape(graph))
 
 

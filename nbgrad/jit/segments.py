@@ -4,7 +4,7 @@ A graph whose top-level nodes include PythonOp or PythonOpGrad nodes (custom Fun
 whose code runs in Python, :mod:`nbgrad.jit.trace.pythonop`) runs as a list of steps:
 native segments, subgraphs of the other nodes built for the tier (tier-2 generated code,
 a tier-1 tape), and the PythonOp nodes, called directly on the arrays
-(:func:`~nbgrad.jit.trace.pythonop.run_forward`, ``run_backward``). No ``objmode``
+(``RunPlan.run``, :mod:`nbgrad.jit.trace.pythonop_run`). No ``objmode``
 block inside generated code, no eager step inside the tape: between two native calls
 a custom Function costs one Python call. Each native node goes to the earliest segment
 its inputs allow (a graph with one PythonOp makes at most two native calls); PythonOps
@@ -13,8 +13,11 @@ left to the tier (they run once per iteration inside the loop's native code).
 
 The executable is the owner scope of the context handles its PythonOps create, as
 :class:`~nbgrad.jit.trace.handles.OwningExecutable` (which it extends), except where each
-handle leaves a run only as its own array (``arrays_own``, the common case, and every
-backward): that array then owns its handle from the start, and a run needs no scope.
+handle leaves a run only as itself and no native segment reads it (``arrays_own``, the
+common case, and every backward): the handle is then the context itself (a
+:class:`~nbgrad.jit.trace.handles.SelfHandle`, no table entry), and a run needs no
+scope. A PythonOpGrad step takes either kind of handle; native segments that read a
+handle input get a handle array (:func:`~nbgrad.jit.trace.handles.as_handle`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from .tier1.tape import TapeExecutable
 from .trace import handles
 from .trace.handles import HANDLES, OwningExecutable, _release_with, _Scope, settle
 from .trace.ir import PYTHON_OP, PYTHON_OP_GRAD, Graph, Node, Var, format_graph
-from .trace.pythonop import RunPlan, run_backward, run_forward
+from .trace.pythonop_run import RunPlan
 from .verify import Checked
 
 __all__ = ["ENABLED", "SegmentedExecutable", "has_top_level_python_ops", "partition",
@@ -150,16 +153,16 @@ class SegmentedExecutable(OwningExecutable):
             read |= {id(v) for n in nodes for v in n.inputs if v is not None}
         later.reverse()
         #: per step: (run, plan, input slots, output slots, what it is): a native
-        #: segment's ``run(arrays)`` and None, or ``run_forward``/``run_backward`` and
-        #: the PythonOp's :class:`~nbgrad.jit.trace.pythonop.RunPlan`
+        #: segment's ``run(arrays)`` and None, or the PythonOp's
+        #: :class:`~nbgrad.jit.trace.pythonop_run.RunPlan` and its ``run``
         self.steps: list[tuple[Callable, RunPlan | None, list[int], list[int], object]] = []
         self.segments: list[Executable] = []
         nested = False  # whether a native segment may make handles (loop bodies...)
         for (kind, nodes), needed in zip(parts, later, strict=True):
             if kind == "python":
                 node = nodes[0]
-                runner = run_forward if node.op == PYTHON_OP else run_backward
-                self.steps.append((runner, RunPlan(node), [slot_of(v) for v in node.inputs],
+                plan = RunPlan(node)
+                self.steps.append((plan.run, plan, [slot_of(v) for v in node.inputs],
                                    [slot_of(v) for v in node.outputs], node))
                 continue
             sub = _subgraph(graph, nodes, needed)
@@ -199,16 +202,23 @@ class SegmentedExecutable(OwningExecutable):
             sorted(self.out_slots[k] for k in self.handle_outs) == sorted(py_handles)
             and len(set(py_handles)) == len(py_handles)
             and [k for k, m in enumerate(self.mask) if m] == self.handle_outs)
-        #: whether each handle is owned by its own array from its creation on, so that a
-        #: run needs no owner scope: only this graph's PythonOps make handles, and the
-        #: outputs that may hold one are those arrays themselves (not copies); a handle
-        #: that stays inside the run is released with its array when the run ends
+        #: whether each handle is its context itself (a SelfHandle), so that a run needs no
+        #: owner scope: only this graph's PythonOps make handles, no native segment reads
+        #: one, and the outputs that may hold one are those values themselves (not
+        #: copies); a context that stays inside the run goes when the run ends
+        native_reads = {s for _, plan, ins, _, _ in self.steps if plan is None for s in ins}
         self.arrays_own = not nested and all(
             self.out_slots[k] in py_handles and not self.out_copy[k]
-            for k, m in enumerate(self.mask) if m)
-        for _, plan, _, _, _ in self.steps:
-            if plan is not None and plan.node.op == PYTHON_OP:
-                plan.own = self.arrays_own
+            for k, m in enumerate(self.mask) if m) and not native_reads.intersection(py_handles)
+        #: input slots that native segments read and that may be given a context that is
+        #: its own handle (:class:`~nbgrad.jit.trace.handles.SelfHandle`): converted to a
+        #: handle array on entry
+        self.handle_ins = [s for s, v in zip(self.in_slots, graph.inputs, strict=True)
+                           if s in native_reads and v.dtype == np.int64 and v.shape == ()]
+        for k, (_, plan, ins, outs, node) in enumerate(self.steps):
+            if plan is not None and node.op == PYTHON_OP:
+                plan.own = self.arrays_own  # (a new plan.run)
+                self.steps[k] = (plan.run, plan, ins, outs, node)
         tiers = {getattr(e, "tier", None) for e in self.segments}
         self.tier = tier if not tiers or tiers == {tier} else "interpret"
         self.native_calls = sum(getattr(e, "native_calls", 1) for e in self.segments)
@@ -253,7 +263,7 @@ class SegmentedExecutable(OwningExecutable):
         scope of the handles they create (``OwningExecutable.run``, ``settle``)."""
         ns: dict = {"_tls": handles._TLS, "_Scope": _Scope, "_release": HANDLES.release,
                     "_release_with": _release_with, "_settle": settle, "_mask": self.mask,
-                    "_copy": np.array, "v0": None}
+                    "_copy": np.array, "_as_handle": handles.as_handle, "v0": None}
         for k, value in enumerate(self.template):
             if value is not None:
                 ns[f"v{k}"] = value  # constants
@@ -268,10 +278,11 @@ class SegmentedExecutable(OwningExecutable):
                  "{len(arrays)}')"]
         if n:
             lines.append(f"    {names(self.in_slots)}= arrays")
+        lines += [f"    v{s} = _as_handle(v{s})" for s in dict.fromkeys(self.handle_ins)]
         calls = []
-        for k, (run, plan, ins, outs, _) in enumerate(self.steps):
-            ns[f"S{k}"], ns[f"P{k}"] = run, plan
-            call = f"S{k}([{names(ins)}])" if plan is None else f"S{k}(P{k}, [{names(ins)}])"
+        for k, (run, _, ins, outs, _) in enumerate(self.steps):
+            ns[f"S{k}"] = run
+            call = f"S{k}([{names(ins)}])"
             calls.append(f"{names(outs)}= {call}" if outs else call)
         result = "[" + ", ".join(f"_copy(v{s}, copy=True)" if c else f"v{s}"
                                  for s, c in zip(self.out_slots, self.out_copy,

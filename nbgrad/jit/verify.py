@@ -310,7 +310,8 @@ class OnHost:
     def run(self, arrays: Sequence) -> list:
         from .cuda.fusion import cuda_device  # optional: needs a CUDA runtime
         outs = self.inner.run([to_host(a) for a in arrays])
-        return [to_device(o, cuda_device()) if dev else o
+        # (a PythonOp context that is its own handle stays where it is)
+        return [to_device(o, cuda_device()) if dev and isinstance(o, np.ndarray) else o
                 for o, dev in zip(outs, self.on_device, strict=True)]
 
     def source(self) -> str:

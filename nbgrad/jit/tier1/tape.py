@@ -14,7 +14,7 @@ from ...ops.registry import REGISTRY
 from ..executable import Executable
 from ..trace.ir import CUSTOM_KINDS, LOOP, Graph, LoopInfo, format_graph, node_args, type_str
 from ..trace.loops import execute_loop_eager
-from ..trace.pythonop import RunPlan, run_node, run_plan
+from ..trace.pythonop_run import RunPlan, run_node, run_plan
 from . import interpreter as I
 from .operands import EagerStep, Instr, Loc
 from .storage import _assign, place_outside

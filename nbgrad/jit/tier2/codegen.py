@@ -37,7 +37,7 @@ from ...ops.registry import REGISTRY
 from ..executable import Executable
 from ..tier1.lowering import build_tape
 from ..trace.ir import CUSTOM_KINDS, LOOP, Graph, Node, format_graph, graph_hash, node_args
-from ..trace.pythonop import fallback_callable
+from ..trace.pythonop_run import fallback_callable
 from .emit import FunctionEmitter, Tier2Unsupported
 from .fusion import unstack_invariants
 from .moves import native_digest

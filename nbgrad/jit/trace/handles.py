@@ -12,7 +12,13 @@ the last one goes:
   node keeps those arrays until its backward ran (``release()`` drops them unless
   ``retain_graph``) or until it dies with the outputs. Handles that do not leave the run
   are released when it ends;
-- outside a scope (eager replays, tracing) the handle array itself is the owner.
+- outside a scope (eager replays, tracing) the handle array itself is the owner;
+- where a segmented run's PythonOp handle leaves the run only as itself and no native
+  code reads it (``SegmentedExecutable.arrays_own``, the common case) there is no table
+  entry: the handle *is* the context, a :class:`SelfHandle`, which lives as long as the
+  values that hold it (the ``JitBackward`` node's residuals). An executable whose native
+  code may read a handle converts a ``SelfHandle`` it is given into a table entry owned
+  by a handle array (:func:`as_handle`, :class:`HandleInputs`).
 
 Numbers, never addresses: a released handle is an error naming the Function (a second
 backward without ``retain_graph``), never a crash.
@@ -31,10 +37,10 @@ import numpy as np
 
 from ...autograd.function import FunctionCtx
 from ...autograd.node import RETAIN_GRAPH_MESSAGE
-from .ir import FUNCTION, LOOP, PYTHON_OP, Graph
+from .ir import FUNCTION, LOOP, PYTHON_OP, PYTHON_OP_GRAD, Graph
 
-__all__ = ["HANDLES", "HandleTable", "OwningExecutable", "has_python_ops", "live_contexts",
-           "owning", "run_owned"]
+__all__ = ["HANDLES", "HandleInputs", "HandleTable", "OwningExecutable", "SelfHandle",
+           "as_handle", "has_python_ops", "live_contexts", "owning", "run_owned"]
 
 
 # ------------------------------------------------------------------ the handle table
@@ -134,9 +140,68 @@ _INT64 = np.dtype(np.int64)
 HANDLES = HandleTable()
 
 
+#: one item per live :class:`SelfHandle` (``append`` and ``pop`` are atomic)
+_SELF_LIVE: list[None] = []
+
+
+class SelfHandle(FunctionCtx):
+    """The context of a PythonOp that is its own handle (no table entry): what a segmented
+    run returns in the handle's place where the handle leaves the run only as itself
+    (:mod:`nbgrad.jit.segments`). Counted for :func:`live_contexts`."""
+
+    def __init__(self) -> None:
+        FunctionCtx.__init__(self)
+        _SELF_LIVE.append(None)
+
+    def __del__(self, _live: list = _SELF_LIVE) -> None:  # (bound: safe at exit)
+        if _live:  # (a copy made without __init__ was never counted)
+            _live.pop()
+
+
 def live_contexts() -> int:
-    """How many PythonOp contexts are alive (the size of :data:`HANDLES`)."""
-    return len(HANDLES)
+    """How many PythonOp contexts are alive: the entries of :data:`HANDLES` and the
+    contexts that are their own handles (:class:`SelfHandle`)."""
+    return len(HANDLES) + len(_SELF_LIVE)
+
+
+def as_handle(value: Any) -> Any:
+    """``value``, or for a :class:`SelfHandle` a new handle array owning a table entry of
+    that context (for code that reads handles as numbers)."""
+    return HANDLES.owned(value, "PythonOp") if type(value) is SelfHandle else value
+
+
+def reads_handles(graph: Graph) -> bool:
+    """Whether ``graph`` may be given context handles: it has a 0-d int64 input and a
+    PythonOpGrad node (loop bodies and native Function bodies included)."""
+    def compute() -> bool:
+        return any(v.dtype == np.int64 and v.shape == () for v in graph.inputs) and any(
+            n.op == PYTHON_OP_GRAD for n in graph.walk())
+    return _cached(graph, "reads", compute)
+
+
+class HandleInputs:
+    """An executable whose native code may read context handles given as
+    :class:`SelfHandle` objects: each becomes a handle array first (:func:`as_handle`).
+
+    Everything else is the wrapped executable's (as :class:`OwningExecutable`).
+    """
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def run(self, arrays: Sequence[Any]) -> list[np.ndarray]:
+        return self.inner.run([as_handle(a) for a in arrays])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def __repr__(self) -> str:
+        return f"<handle inputs {self.inner!r}>"
+
+
+def handle_inputs(exe):
+    """``exe``, wrapped in :class:`HandleInputs` when its graph may be given handles."""
+    return HandleInputs(exe) if reads_handles(exe.graph) else exe
 
 
 # ------------------------------------------------------------------ owner scopes

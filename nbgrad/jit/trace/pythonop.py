@@ -27,9 +27,9 @@ Runtime's ``com.microsoft`` PythonOp and PythonOpGrad:
     mode does (wrong count or shape raise the same errors).
 
 Context handles live in :mod:`nbgrad.jit.trace.handles` (a counter-keyed table, never
-addresses), the attribute values in :mod:`nbgrad.jit.trace.pythonop_attrs`. A graph's
-top-level PythonOps run through :func:`run_forward` and :func:`run_backward` as Python
-calls between native segments (:mod:`nbgrad.jit.segments`).
+addresses), the attribute values in :mod:`nbgrad.jit.trace.pythonop_attrs`; the nodes
+run on arrays through :mod:`nbgrad.jit.trace.pythonop_run` (a graph's top-level
+PythonOps as Python calls between native segments, :mod:`nbgrad.jit.segments`).
 
 Errors raised by the user's ``forward`` or ``backward`` reach the caller as the original
 exception, with the Function's name added to the message.
@@ -37,21 +37,19 @@ exception, with the Function's name added to the message.
 
 from __future__ import annotations
 
-import sys
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ... import dtypes
 from ...autograd.function import BackwardFunction, FunctionCtx, _DelayedErrorNode, apply_function
 from ...autograd.node import Node as AutogradNode
 from ...autograd.node import gradient_edge
 from ...errors import TracerError
-from ...grad_mode import STATE, no_grad
-from ...tensor import STATE_TRACE, Tensor, wrap_array
-from .handles import _TLS, HANDLES, own
+from ...grad_mode import STATE
+from ...tensor import STATE_TRACE, Tensor
+from .handles import HANDLES, own
 from .ir import (
     MARKERS,
     ONCE_DIFFERENTIABLE,
@@ -77,10 +75,9 @@ from .pythonop_attrs import (  # noqa: F401 - the node attributes, used from her
 )
 from .tracer import stop_gradient
 
-__all__ = ["PythonOpBackward", "RunPlan", "run_backward", "run_forward", "run_node"]
+__all__ = ["PythonOpBackward", "check_node", "replay_node", "trace_python_op"]
 
 _CTX_FIELDS = frozenset(vars(FunctionCtx()))
-_INT64 = np.dtype(np.int64)
 
 
 # ------------------------------------------------------------------ calling user code
@@ -111,12 +108,24 @@ def annotate(exc: BaseException, cls: type, what: str) -> None:
 def user_call(cls: type, what: str, fn: Callable, *args: Any, grad: bool | None = False,
               **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` with no tracer installed (and grad mode ``grad`` unless
-    None); an exception gets the Function's name."""
-    prev = STATE_TRACE.tracer
-    STATE_TRACE.tracer = None
-    prev_grad = STATE.grad_enabled
+    None); an exception gets the Function's name (:func:`call_user_code`)."""
+    return call_user_code(cls, what, fn, args, kwargs, grad)
+
+
+_NO_KWARGS: dict = {}
+
+
+def call_user_code(cls: type, what: str, fn: Callable, args: tuple,
+                   kwargs: dict = _NO_KWARGS, grad: bool | None = False) -> Any:
+    """``fn(*args, **kwargs)``, user code of the Function ``cls`` (or a check of what it
+    returned), with no tracer installed and grad mode ``grad`` (unless None); an exception
+    gets the Function's name (:func:`annotate`). :func:`user_call` with the arguments as
+    a tuple and a dict (no keyword of theirs can clash): a PythonOp runs this per call."""
+    trace, state = STATE_TRACE, STATE
+    prev, prev_grad = trace.tracer, state.grad_enabled
+    trace.tracer = None
     if grad is not None:
-        STATE.grad_enabled = grad
+        state.grad_enabled = grad
     try:
         return fn(*args, **kwargs)
     except TracerError:
@@ -125,8 +134,8 @@ def user_call(cls: type, what: str, fn: Callable, *args: Any, grad: bool | None 
         annotate(exc, cls, what)
         raise
     finally:
-        STATE.grad_enabled = prev_grad
-        STATE_TRACE.tracer = prev
+        state.grad_enabled = prev_grad
+        trace.tracer = prev
 
 
 def output_list(cls: type, raw: Any) -> list[Tensor]:
@@ -423,305 +432,6 @@ def mark_once(x: Tensor, name: str) -> Tensor:
 
 
 # ------------------------------------------------------------------ run (arrays)
-def run_node(node: Node, arrays: Sequence[np.ndarray | None],
-             plan: RunPlan | None = None) -> list[np.ndarray]:
-    """Run one node of these kinds on arrays, as the tier-1 interpreter's eager step and
-    tier 2's call back into Python do (fresh output arrays). ``plan``: ``node``'s
-    :func:`run_plan`, made once by a caller that runs the node many times."""
-    if node.op == PYTHON_OP:
-        return run_forward(plan or RunPlan(node), arrays)
-    if node.op == PYTHON_OP_GRAD:
-        return run_backward(plan or RunPlan(node), arrays)
-    if node.op in MARKERS:
-        return [np.array(arrays[0], copy=True)]
-    tensors = [None if a is None else Tensor._make(np.array(a, dtype=v.dtype, copy=True)
-                                                   .reshape(v.shape))
-               for a, v in zip(arrays, node.inputs, strict=True)]
-    prev = STATE_TRACE.tracer
-    STATE_TRACE.tracer = None
-    try:
-        with no_grad():
-            outs = replay_node(node, tensors)
-    finally:
-        STATE_TRACE.tracer = prev
-    return [np.array(t._data, copy=True) for t in outs]
-
-
-class RunPlan:
-    """What running a PythonOp or PythonOpGrad node on arrays needs that does not change
-    from call to call (read from the node once)."""
-
-    __slots__ = ("node", "cls", "name", "in_specs", "args", "tensor_pos", "kwargs",
-                 "needs_input_grad", "expect", "checker", "n", "grad_specs", "zero_specs",
-                 "out_specs", "direct", "one_in", "one_out", "one_grad", "own")
-
-    def __init__(self, node: Node) -> None:
-        a = node.attrs
-        self.node = node
-        #: a PythonOp's handle is owned by its array from the start (set by
-        #: :class:`~nbgrad.jit.segments.SegmentedExecutable` where that is right), else by
-        #: the current owner scope
-        self.own = False
-        self.cls = a["#fn"].fn
-        self.name = a["name"]
-        self.in_specs = [None if v is None else (v.shape, dtypes.canonical(v.dtype))
-                         for v in node.inputs]
-        if node.op == PYTHON_OP:
-            args, self.kwargs = rebuild_args(a, [None] * len(node.inputs))
-            self.args = list(args)
-            self.tensor_pos = [i for i, c in enumerate(a["input_convention"]) if c == "d"]
-            self.needs_input_grad = _needs_input_grad(a)
-            self.expect = node.outputs[1:]
-            #: every argument a tensor (present), no keywords: ``forward(ctx, *tensors)``
-            self.direct = (len(self.tensor_pos) == len(self.args) and not self.kwargs
-                           and None not in self.in_specs)
-            #: the (shape, dtype) of the one tensor argument (of a direct call), else None
-            self.one_in = self.in_specs[0] if self.direct and len(self.args) == 1 else None
-            #: the (shape, dtype) of the one output, else None
-            self.one_out = ((self.expect[0].shape, self.expect[0].dtype)
-                            if len(self.expect) == 1 else None)
-        else:
-            self.n = n = len(a["input_tensor_types"])
-            self.grad_specs = self.in_specs[1:1 + n]
-            #: the (shape, dtype) of the one gradient argument, else None
-            self.one_in = self.grad_specs[0] if n == 1 else None
-            self.zero_specs = [(v.shape, dtypes.canonical(v.dtype))
-                               for v in node.inputs[1 + n:1 + 2 * n]]
-            self.checker = _checker(node, None)
-            it = iter(node.outputs)
-            self.out_specs = [(next(it), k) for k, r in
-                              enumerate(a["output_tensor_requires_grads"]) if r]
-            #: one tensor argument, which requires grad: the (shape, dtype) its gradient
-            #: must have to pass ``check_gradients`` unchanged, else None
-            self.one_grad = ((self.out_specs[0][0].shape, self.out_specs[0][0].dtype)
-                             if a["output_convention"] == "d" and len(self.out_specs) == 1
-                             else None)
-
-
-def run_plan(node: Node) -> RunPlan | None:
-    """The :class:`RunPlan` of a PythonOp or PythonOpGrad node (None for other kinds)."""
-    return RunPlan(node) if node.op in (PYTHON_OP, PYTHON_OP_GRAD) else None
-
-
-def _tensor_of(arr, spec: tuple) -> Tensor:
-    """A private copy of ``arr`` (user code may keep or modify it) as a tensor."""
-    if type(arr) is np.ndarray and arr.shape == spec[0]:
-        # astype copies and gives ``spec``'s dtype object: arrays made by cached Numba code
-        # have equal but unpickled dtype objects, which the eager lean path (an identity
-        # test) would send down the general path
-        return wrap_array(arr.astype(spec[1]))
-    return wrap_array(np.array(arr, dtype=spec[1], copy=True).reshape(spec[0]))
-
-
-_refcount = sys.getrefcount
-
-
-def _probe(t: Tensor) -> tuple[int, int]:
-    d = t._data
-    return _refcount(t), _refcount(d)
-
-
-def _alone_counts() -> tuple[int, int]:
-    t = wrap_array(np.empty(4))
-    return _probe(t)
-
-
-#: the reference counts of a tensor that one local of its caller holds and of its array,
-#: which only the tensor holds, as :func:`_take` sees them (measured in the same shape,
-#: :func:`_probe`, not assumed: CPython versions count differently)
-_ALONE_T, _ALONE_D = _alone_counts()
-
-
-def _take(t: Tensor) -> np.ndarray:
-    """The data of ``t``, which user code returned and the caller holds in one local, as a
-    value of the graph: the array itself where nothing else can reach it or its memory
-    (no other holder of ``t`` or of the array, which owns its C-contiguous, aligned,
-    writeable memory: a view or a saved tensor counts as a holder), else a C-contiguous
-    copy (user code may keep, view or modify what it returned)."""
-    d = t._data
-    if _refcount(t) == _ALONE_T and _refcount(d) == _ALONE_D:
-        f = d.flags
-        if f.owndata and f.carray:
-            return d
-    return d.copy()
-
-
-def run_forward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
-    """Run a PythonOp node (``plan``'s) on arrays: the user's ``forward`` on private
-    copies, with a fresh ctx, no tracer and grad mode off; returns the handle (0-d int64)
-    and the outputs: C-contiguous copies, or a one-output forward's own array where
-    nothing else can reach it (:func:`_take`). Errors name the Function."""
-    cls = plan.cls
-    if len(arrays) != len(plan.in_specs):
-        raise ValueError(f"PythonOp of {plan.name}: {len(arrays)} inputs, the node has "
-                         f"{len(plan.in_specs)}")
-    one = plan.one_in
-    if one is not None and type(x := arrays[0]) is np.ndarray and x.shape == one[0]:
-        args = [wrap_array(x.astype(one[1]))]  # the common case of _tensor_of()
-    elif plan.direct:  # _tensor_of(), inlined (a call of this runs per PythonOp per call)
-        args = [wrap_array(x.astype(dt) if type(x) is np.ndarray and x.shape == shape else
-                           np.array(x, dtype=dt, copy=True).reshape(shape))
-                for x, (shape, dt) in zip(arrays, plan.in_specs, strict=True)]
-    else:
-        args = plan.args.copy()
-        for pos, x, spec in zip(plan.tensor_pos, arrays, plan.in_specs, strict=True):
-            args[pos] = None if x is None else _tensor_of(x, spec)
-    ctx = FunctionCtx()
-    ctx.needs_input_grad = plan.needs_input_grad
-    # user_call(), inlined
-    trace, grad = STATE_TRACE, STATE
-    prev, prev_grad = trace.tracer, grad.grad_enabled
-    trace.tracer = None
-    grad.grad_enabled = False
-    try:
-        raw = cls.forward(ctx, *args, **plan.kwargs) if plan.kwargs else \
-            cls.forward(ctx, *args)
-    except TracerError:
-        raise
-    except Exception as exc:
-        annotate(exc, cls, "forward")
-        raise
-    finally:
-        grad.grad_enabled = prev_grad
-        trace.tracer = prev
-    one = plan.one_out
-    if one is not None and type(raw) is Tensor and raw._data.shape == one[0] and \
-            raw._data.dtype == one[1]:
-        outs = [_take(raw)]  # the common case of output_arrays()
-    else:
-        outs = output_arrays(plan, raw)
-    return with_handle(plan, ctx, outs)
-
-
-def output_arrays(plan: RunPlan, raw: Any) -> list[np.ndarray]:
-    """C-contiguous copies of the outputs of ``raw``, a forward's result, checked against
-    the node."""
-    outs = output_list(plan.cls, raw)
-    _check_outputs(plan.cls, outs, plan.expect)
-    return [o._data.copy() for o in outs]
-
-
-def with_handle(plan: RunPlan, ctx: FunctionCtx, outs: list[np.ndarray]) -> list[np.ndarray]:
-    """``[handle, *outs]``: ``ctx`` behind a new handle (a 0-d int64 array), owned by that
-    array (``plan.own``), else by the current owner scope, else by the array."""
-    if plan.own:  # the array owns the handle (it leaves the run only as itself)
-        return [HANDLES.owned(ctx, plan.name), *outs]
-    h = HANDLES.register(ctx, plan.name)
-    harr = np.array(h, _INT64)
-    if (scope := getattr(_TLS, "scope", None)) is not None:  # own(), inlined
-        scope.created.append(h)
-    else:
-        own(h, harr)
-    return [harr, *outs]
-
-
-def _grad_tensors(plan: RunPlan, arrays: Sequence, ctx: FunctionCtx) -> list:
-    """The gradient arguments of a backward: private copies of ``arrays[1:1 + n]``, zeros
-    for absent ones unless ``ctx`` says otherwise (None then)."""
-    grads = []
-    for x, spec, zero in zip(arrays[1:1 + plan.n], plan.grad_specs, plan.zero_specs,
-                             strict=True):
-        if x is not None and spec is not None:
-            grads.append(_tensor_of(x, spec))
-        elif ctx.materialize_grads:
-            grads.append(wrap_array(np.zeros(*zero)))
-        else:
-            grads.append(None)
-    return grads
-
-
-def run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
-    """Run a PythonOpGrad node (``plan``'s) on arrays: the user's ``backward`` with the
-    ctx of the handle ``arrays[0]`` on private copies of the gradients (zeros for absent
-    ones unless the ctx says otherwise), its result checked as eager mode does; returns
-    copies of the gradients of the inputs that require grad (a one-gradient backward's
-    own array where nothing else can reach it, :func:`_take`)."""
-    cls = plan.cls
-    if len(arrays) != len(plan.in_specs):
-        raise ValueError(f"PythonOpGrad of {plan.name}: {len(arrays)} inputs, the node has "
-                         f"{len(plan.in_specs)}")
-    h = arrays[0]  # tier 2 passes the handle as an int, tier 1 as a 0-d array
-    ctx = HANDLES.get(h if type(h) is int else h.item() if type(h) is np.ndarray and
-                      h.size == 1 else int(np.asarray(h).reshape(())), plan.name)
-    one = plan.one_in
-    if one is not None and type(x := arrays[1]) is np.ndarray and x.shape == one[0]:
-        grads = [wrap_array(x.astype(one[1]))]  # the common case of the loop below
-    else:
-        grads = _grad_tensors(plan, arrays, ctx)
-    # user_call(), inlined
-    trace, grad = STATE_TRACE, STATE
-    prev, prev_grad = trace.tracer, grad.grad_enabled
-    trace.tracer = None
-    grad.grad_enabled = False
-    try:
-        result = cls.backward(ctx, *grads)
-        one = plan.one_grad
-        if one is not None and type(result) is Tensor and result._data.shape == one[0] \
-                and result._data.dtype == one[1]:
-            return [_take(result)]  # the common case of check_gradients
-        checked = plan.checker.check_gradients(result)
-    except TracerError:
-        raise
-    except Exception as exc:
-        annotate(exc, cls, "backward")
-        raise
-    finally:
-        grad.grad_enabled = prev_grad
-        trace.tracer = prev
-    return gradient_arrays(plan, checked)
-
-
-def gradient_arrays(plan: RunPlan, checked: list) -> list[np.ndarray]:
-    """What :func:`run_backward` returns for the gradients ``checked`` (by
-    ``check_gradients``): copies of those of the inputs that require grad (zeros for
-    None)."""
-    outs = []
-    for v, k in plan.out_specs:
-        g = checked[k]
-        if g is None:
-            outs.append(np.zeros(v.shape, v.dtype))
-            continue
-        a = g._data  # checked: v's shape and dtype
-        outs.append(a.copy() if a.shape == v.shape and a.dtype == v.dtype else
-                    np.array(a, dtype=v.dtype, copy=True).reshape(v.shape))
-    return outs
-
-
-def fallback_callable(node: Node) -> Callable:
-    """What tier 2's generated code calls back (through ``objmode``) to run ``node``:
-    arrays of the present inputs in, a tuple of output arrays (0-d as 1 element) out."""
-    specs = [None if v is None else (v.shape, v.dtype) for v in node.inputs]
-    outs = [(v.shape if v.shape else (1,), v.dtype) for v in node.outputs]
-    plan = run_plan(node)
-    if plan is not None and None not in specs:
-        # the common case: every input present, the plan's runner called directly (it
-        # copies what it hands to user code and returns fresh arrays of the node's dtypes)
-        runner = run_forward if node.op == PYTHON_OP else run_backward
-
-        def call_plan(*args):
-            return tuple([r if r.shape == s and r.dtype == dt and r.flags.c_contiguous
-                          else np.asarray(r, dtype=dt, order="C").reshape(s)
-                          for r, (s, dt) in zip(runner(plan, args), outs, strict=True)])
-
-        call_plan.__name__ = f"callback_{node.op}"
-        return call_plan
-
-    def call(*args):
-        it = iter(args)
-        if plan is None:
-            values = [None if s is None else np.asarray(next(it), dtype=s[1]).reshape(s[0])
-                      for s in specs]
-        else:  # the plan's runners convert (and copy) what they use
-            values = [None if s is None else next(it) for s in specs]
-        results = run_node(node, values, plan)
-        # run_node returns fresh arrays: copy only to fix a dtype or layout
-        return tuple(np.asarray(r, dtype=dt, order="C").reshape(s)
-                     for r, (s, dt) in zip(results, outs, strict=True))
-
-    call.__name__ = f"callback_{node.op}"
-    return call
-
-
 def check_node(node: Node, where: str) -> None:
     """Raise ``TracerError`` unless a node of these kinds is well formed."""
     a = node.attrs

@@ -6,6 +6,7 @@ a view, a kept array)."""
 
 from __future__ import annotations
 
+import copy
 import gc
 import weakref
 
@@ -102,6 +103,9 @@ def test_handles_read_by_native_code_become_table_entries():
     from nbgrad.jit import segments
 
     ctx = htable.SelfHandle()
+    twin = copy.copy(ctx)  # counted too
+    assert htable.live_contexts() == 2
+    del twin
     arr = htable.as_handle(ctx)
     assert arr.dtype == np.int64 and arr.shape == ()
     assert htable.HANDLES.get(int(arr), "f") is ctx
@@ -122,7 +126,7 @@ def test_handles_read_by_native_code_become_table_entries():
         loss = jf(x)
         loss.backward()
         bwd = entry.program._exe["bwd"]
-        assert isinstance(bwd, htable.HandleInputs)
+        assert isinstance(bwd, htable.HandleInputs) and htable.owning(bwd) is bwd
     finally:
         segments.ENABLED = saved
     np.testing.assert_array_equal(x.grad.numpy(), 2 * x0)

@@ -149,13 +149,12 @@ class SelfHandle(FunctionCtx):
     run returns in the handle's place where the handle leaves the run only as itself
     (:mod:`nbgrad.jit.segments`). Counted for :func:`live_contexts`."""
 
-    def __init__(self) -> None:
-        FunctionCtx.__init__(self)
-        _SELF_LIVE.append(None)
+    def __new__(cls, *args: Any, **kwargs: Any) -> SelfHandle:
+        _SELF_LIVE.append(None)  # (in __new__: copies are counted too)
+        return super().__new__(cls)
 
     def __del__(self, _live: list = _SELF_LIVE) -> None:  # (bound: safe at exit)
-        if _live:  # (a copy made without __init__ was never counted)
-            _live.pop()
+        _live.pop()
 
 
 def live_contexts() -> int:
@@ -361,8 +360,9 @@ class OwningExecutable:
 
 
 def owning(exe):
-    """``exe``, wrapped in an :class:`OwningExecutable` when its graph has PythonOps."""
-    if isinstance(exe, OwningExecutable) or not has_python_ops(exe.graph):
+    """``exe``, wrapped in an :class:`OwningExecutable` when its graph has PythonOps
+    (a :class:`HandleInputs` wraps what this gave already)."""
+    if isinstance(exe, (OwningExecutable, HandleInputs)) or not has_python_ops(exe.graph):
         return exe
     return OwningExecutable(exe)
 

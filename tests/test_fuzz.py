@@ -188,7 +188,8 @@ def test_ci_seeds_cover_the_constructs_behind_the_trust_bugs():
     wanted = ["negative step", "offset", "int index", "bool index", "two views of one value",
               "transpose", "expand", "reshape", "permute", "matmul", "sum",
               "fori_loop:float64", "fori_loop:float32", "scan:float64", "scan:float32",
-              "fn_softclip", "fn_scaled_mul", "fn_softclip_numpy", "unrolled",
+              "fn_softclip", "fn_scaled_mul", "fn_softclip_numpy", "fn_scaled_mul_numpy",
+              "fn_sincos_numpy", "unrolled",
               "numpy loop body"]
     assert {w: seen[w] for w in wanted if seen[w] < 3} == {}
     assert seen["numpy spelling"] >= 30, seen["numpy spelling"]

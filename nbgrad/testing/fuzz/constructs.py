@@ -62,6 +62,47 @@ class SoftclipNumpy(Function):
         return tensor(g.numpy() / (ctx.d * ctx.d), device=g.device)
 
 
+class ScaledMulNumpy(Function):
+    """``scale * a * b`` written in NumPy (the PythonOp path with two tensor arguments and
+    a Python number: the runners' general case); saves its inputs, and its backward
+    returns a gradient per argument (None for ``scale``)."""
+
+    @staticmethod
+    def forward(ctx, a, b, scale):
+        ctx.save_for_backward(a, b)
+        ctx.scale = scale
+        return tensor(a.numpy() * b.numpy() * scale, device=a.device)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        gs = g.numpy() * ctx.scale
+        return (tensor(gs * b.numpy(), device=g.device), tensor(gs * a.numpy(), device=g.device),
+                None)
+
+
+class SinCosNumpy(Function):
+    """``(sin x, cos x)`` written in NumPy: a PythonOp with two outputs (its backward gets
+    two gradients, zeros for an output nothing reads)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        a = x.numpy()
+        ctx.a = a
+        return tensor(np.sin(a), device=x.device), tensor(np.cos(a), device=x.device)
+
+    @staticmethod
+    def backward(ctx, gs, gc):
+        a = ctx.a
+        return tensor(gs.numpy() * np.cos(a) - gc.numpy() * np.sin(a), device=gs.device)
+
+    @staticmethod
+    def mix(x, both: bool):
+        """``sin x * cos x + 0.5 sin x`` (``both``), else ``0.5 sin x`` (cos unread)."""
+        s, c = SinCosNumpy.apply(x)
+        return s * c + 0.5 * s if both else 0.5 * s
+
+
 #: custom Functions by step name: (apply, source of the call with ``{0}``, ``{1}``, ``{p0}``)
 FUNCTIONS: dict[str, tuple[Callable, str]] = {
     "fn_softclip": (lambda xs, p: Softclip.apply(xs[0]), "Softclip.apply({0})"),
@@ -69,6 +110,10 @@ FUNCTIONS: dict[str, tuple[Callable, str]] = {
                       "ScaledMul.apply({0}, {1}, {p0!r})"),
     "fn_softclip_numpy": (lambda xs, p: SoftclipNumpy.apply(xs[0]),
                           "SoftclipNumpy.apply({0})"),
+    "fn_scaled_mul_numpy": (lambda xs, p: ScaledMulNumpy.apply(xs[0], xs[1], p[0]),
+                            "ScaledMulNumpy.apply({0}, {1}, {p0!r})"),
+    "fn_sincos_numpy": (lambda xs, p: SinCosNumpy.mix(xs[0], p[0]),
+                        "SinCosNumpy.mix({0}, {p0!r})"),
 }
 
 #: fori_loop bodies ``(i, c, w) -> c`` (``w``: a value closed over that broadcasts to ``c``)

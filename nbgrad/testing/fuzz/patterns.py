@@ -154,12 +154,15 @@ def _unrolled(r: Rand, b: Builder) -> None:
 # ------------------------------------------------------------------ custom Functions
 def _function(r: Rand, b: Builder) -> None:
     i = _pick(r, b)
-    name = r.choice(["fn_softclip", "fn_scaled_mul", "fn_softclip_numpy"])
-    if name == "fn_scaled_mul":
+    name = r.choice(["fn_softclip", "fn_scaled_mul", "fn_softclip_numpy",
+                     "fn_scaled_mul_numpy", "fn_sincos_numpy"])
+    if name in ("fn_scaled_mul", "fn_scaled_mul_numpy"):
         fits = [j for j, v in enumerate(b.values) if v.shape == b.shape(i)]
         other = r.choice(fits) if r.booleans() else b.leaf(b.shape(i), "real")
         step = b.add(name, (b.operand(i, "real"), b.operand(other, "real")),
                      (r.choice([0.5, 1.5, -2.0]),))
+    elif name == "fn_sincos_numpy":
+        step = b.add(name, (b.operand(i, "real"),), (r.booleans(),))
     else:
         step = b.add(name, (i,))
     if step is None:

@@ -208,11 +208,9 @@ def output_arrays(plan: RunPlan, raw: Any) -> list[np.ndarray]:
 
 
 def with_handle(plan: RunPlan, ctx: FunctionCtx, outs: list[np.ndarray]) -> list[np.ndarray]:
-    """``[handle, *outs]``: ``ctx`` itself (``plan.own``: a :class:`SelfHandle`), else
-    ``ctx`` behind a new handle (a 0-d int64 array) owned by the current owner scope,
-    else by the array."""
-    if plan.own:  # the handle leaves the run only as itself: the context is the handle
-        return [ctx, *outs]
+    """``[handle, *outs]``: ``ctx`` behind a new handle (a 0-d int64 array) owned by the
+    current owner scope, else by the array (where ``plan.own``, the runner returns the
+    context itself, a :class:`SelfHandle`, instead)."""
     h = HANDLES.register(ctx, plan.name)
     harr = np.array(h, _INT64)
     if (scope := getattr(_TLS, "scope", None)) is not None:  # own(), inlined
@@ -339,6 +337,7 @@ def _forward_runner(plan: RunPlan) -> Callable[[Sequence], list[np.ndarray]]:
         raw = call_user_code(cls, "forward", cls.forward, (ctx, *args), kwargs)
         # the common case of output_arrays(): _take() where ``raw`` is one local's
         outs = [_take(raw)] if _is_one(raw, one_out) else output_arrays(plan, raw)
+        # the handle leaves the run only as itself (own): the context is the handle
         return [ctx, *outs] if own else with_handle(plan, ctx, outs)
 
     return run
@@ -355,8 +354,7 @@ def _backward_runner(plan: RunPlan) -> Callable[[Sequence], list[np.ndarray]]:
     def run(arrays: Sequence) -> list[np.ndarray]:
         if shape is not None and len(arrays) == n and type(x := arrays[1]) is ndarray \
                 and x.shape == shape:
-            h = arrays[0]
-            ctx = h if type(h) is SelfHandle else context_of(plan, h)
+            ctx = context_of(plan, arrays[0])
             grads = (wrap_array(x.astype(dtype)),)  # a private copy (:func:`_tensor_of`)
         else:
             ctx, grads = _backward_args(plan, arrays)

@@ -330,6 +330,10 @@ def run_case(case: Case, selection: list[str] | None, settings: Settings, scratc
         try:
             cal = w.request({"cmd": "calibrate"}, settings.command_timeout)
             row["calls_per_block"] = cal["calls_per_block"]
+            if not cal.get("settled", True):
+                row["note"] = " ".join(filter(None, (row.get("note"), (
+                    "nbgrad.jit had not settled its tier after the warm-up "
+                    "(perf/worker.py SETTLE_S): timed before its steady state"))))
         except WorkerError as exc:
             row.update(status="error", note=f"warm-up: {exc}")
             w.close()

@@ -37,6 +37,23 @@ def _program(graph_of, mode="auto"):
     return prog
 
 
+def test_unsettled_counts_the_live_programs_that_may_change_tier(rng, estimate):
+    """``program.unsettled()`` (the benchmarks' steady state waits for 0): a graph of
+    ``mode="auto"`` in tier 1 may still be promoted; one of ``mode="interpret"`` may not;
+    a program that is gone is not counted."""
+    import gc
+
+    gc.collect()
+    before = program.unsettled()
+    auto = _program(_graph(rng)[0])
+    fixed = _program(_graph(rng)[0], mode="interpret")
+    assert not auto.settled() and fixed.settled()
+    assert program.unsettled() == before + 1
+    del auto
+    gc.collect()
+    assert program.unsettled() == before
+
+
 def test_a_slow_graph_is_promoted_after_its_second_call_in_tier1(rng, estimate):
     prog = _program(_graph(rng)[0])
     prog.called(0.05)  # 50 ms: over 1/40 of the 1 s compile, but a first run

@@ -280,8 +280,33 @@ def test_calibration_waits_for_a_promotion_still_compiling(monkeypatch):
     w = worker.Worker({}, send=None)
     w.step = lambda: calls.append(running[0])
     out = w.calibrate(warmup_time=0.0)
-    assert waits == [0, worker.PROMOTION_WAIT_S]
+    assert waits == [0, worker.PROMOTION_WAIT_S, 0]
     assert calls[-out["warmup_calls"]:] == [False] * out["warmup_calls"]
+    assert out["settled"]
+
+
+def test_calibration_warms_up_until_no_graph_can_change_tier(monkeypatch):
+    """A graph of ``mode="auto"`` promotes once its tier-1 calls have cost about its
+    compile (seconds of W2 calls on an empty cache): the warm-up goes on until
+    ``nbgrad.jit.program.unsettled()`` is 0, and says when it gave up (SETTLE_S)."""
+    import types
+
+    from perf import worker
+
+    calls = []
+    fake = types.SimpleNamespace(wait_for_promotions=lambda timeout=None: True,
+                                 unsettled=lambda: max(0, 3 - len(calls) // 5))
+    monkeypatch.setitem(sys.modules, "nbgrad.jit.program", fake)
+    w = worker.Worker({}, send=None)
+    w.step = lambda: calls.append(1)
+    out = w.calibrate(warmup_time=0.0)
+    assert out["settled"] and len(calls) == 15  # three warm-ups of 5 calls each
+
+    monkeypatch.setattr(worker, "SETTLE_S", 0.0)
+    fake.unsettled = lambda: 1  # never settles: one warm-up, then the deadline
+    calls.clear()
+    out = w.calibrate(warmup_time=0.0)
+    assert not out["settled"] and len(calls) == 5
 
 
 def test_settle_waits_until_the_tiers_stop_changing(monkeypatch):

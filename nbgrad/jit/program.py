@@ -34,6 +34,7 @@ import os
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -224,6 +225,7 @@ class Program:
         self._quick: threading.Thread | None = None  # a promotion that loads cached code
         self._lock = threading.Lock()
         timing.install()
+        _LIVE.add(self)
 
     # ------------------------------------------------------------------ executables
     def executable(self, role: str, graph_of: Callable[[str], Graph]) -> Executable:
@@ -525,6 +527,17 @@ class Program:
                         new.fallback = old  # the check runs the tape that ran (warm)
                 self._exe[role] = self.adopt(role, new)
             self.tier = "compile"
+
+
+#: every live program (:func:`unsettled`)
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+
+
+def unsettled() -> int:
+    """How many live programs a later run may still move to another tier
+    (:meth:`Program.settled`): a graph of ``mode="auto"`` still in tier 1, or tier 2 not
+    yet measured. A benchmark's steady state starts when none is."""
+    return sum(not p.settled() for p in list(_LIVE))
 
 
 # ------------------------------------------------------------------ promotion threads

@@ -9,7 +9,8 @@ import pytest
 
 from nbgrad.kernels import gemm as G
 
-SHAPES = [(13, 21, 9), (1, 5, 3), (4, 1, 6), (3, 7, 1), (1, 1, 1), (0, 3, 4), (3, 0, 4)]
+SHAPES = [(13, 21, 9), (1, 5, 3), (4, 1, 6), (3, 7, 1), (1, 1, 1), (0, 3, 4), (3, 0, 4),
+          (40, 33, 1), (1, 33, 40)]  # (the last two: gemv)
 
 
 def layouts(x: np.ndarray):
@@ -23,7 +24,7 @@ def layouts(x: np.ndarray):
 
 @pytest.fixture(params=["numpy", "numba"])
 def backend(request):
-    saved = G.SLOTS[0], G.SLOTS[1]
+    saved = G.SLOTS[:]
     if request.param == "numba":
         G.install(False)
     elif G.LIBRARY is None:
@@ -31,7 +32,7 @@ def backend(request):
     try:
         yield request.param
     finally:
-        G.SLOTS[0], G.SLOTS[1] = saved
+        G.SLOTS[:] = saved
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -47,6 +48,51 @@ def test_gemm_matches_a_float64_product_for_every_layout(backend, dtype):
                 out = np.full((m, n), np.nan, dtype)
                 G.gemm(a, b, out)
                 np.testing.assert_allclose(out, want, rtol=tol, atol=tol * max(k, 1))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_product_with_one_row_or_column_calls_gemv(dtype):
+    """``X.T @ u`` of a ``(k, 1)`` ``u`` (W4's hvp) and ``u.T @ X`` go to ``cblas_?gemv``
+    (OpenBLAS's gemm took three times as long for them): a recording stand-in in the
+    table, which compiled code reads when it runs, sees the calls and their arguments;
+    strides BLAS cannot take (a reversed vector) go to gemm; the values are right."""
+    import ctypes
+
+    if G.LIBRARY is None:
+        pytest.skip("NumPy's BLAS not found in this install")
+    real_t = ctypes.c_float if dtype == np.float32 else ctypes.c_double
+    i32, i64, ptr = ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p
+    proto = ctypes.CFUNCTYPE(None, i32, i32, i64, i64, real_t, ptr, i64, ptr, i64, real_t,
+                             ptr, i64)
+    slot = 2 if dtype == np.float32 else 3
+    saved = G.SLOTS[:]
+    real = proto(saved[slot])
+    calls = []
+
+    def record(*args):
+        calls.append(args[1:4] + args[6:7] + args[8:9] + args[11:12])
+        real(*args)
+
+    stand_in = proto(record)
+    G.SLOTS[slot] = ctypes.cast(stand_in, ctypes.c_void_p).value
+    try:
+        rng = np.random.default_rng(1)
+        X = rng.standard_normal((50, 20)).astype(dtype)
+        u = rng.standard_normal((50, 1)).astype(dtype)
+        tol = 1e-5 if dtype == np.float32 else 1e-12
+        cases = [(X.T, u, 1), (u.T, X, 1), (X, X[:1].T, 1), (X[:, :1].T, X, 1),
+                 (X.T, u[::-1], 0), (X.T, np.ascontiguousarray(np.tile(u, 2))[:, :1], 1)]
+        for a, b, gemv_calls in cases:
+            calls.clear()
+            out = np.full((a.shape[0], b.shape[1]), np.nan, dtype)
+            G.gemm(a, b, out)
+            np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=tol, atol=tol * 50)
+            assert len(calls) == gemv_calls, (a.shape, b.shape, calls)
+        calls.clear()
+        G.gemm(X.T, u, np.empty((20, 1), dtype))
+        assert calls == [(112, 50, 20, 20, 1, 1)]  # Trans of the row-major 50 x 20 X
+    finally:
+        G.SLOTS[:] = saved
 
 
 def test_gemm_refuses_shapes_that_do_not_multiply():

@@ -134,29 +134,23 @@ def _gemv(a, b, out, size, ta, lda, tb, ldb):
     fn = _slot(2 if size == 4 else 3)
     if fn == 0:
         return False
-    if n == 1 and m > 1:  # y = A x: the matrix a (m x k), x b's column, y out's column
+    # y = M x for the rows x cols matrix M read with trans code t (112: M is the transpose
+    # of the row-major cols x rows matrix there)
+    if n == 1 and m > 1:  # out's column = a @ b's column
+        t, rows, cols, mat, ld, x = ta, m, k, a.ctypes.data, lda, b.ctypes.data
         incx, incy = _increment(b.strides[0], size), _increment(out.strides[0], size)
-        if incx == 0 or incy == 0 or ta == 0:
-            return False
-        if ta == 111:
-            _cblas_gemv(fn, 111, m, k, a.ctypes.data, lda, b.ctypes.data, incx,
-                        out.ctypes.data, incy, out)
-        else:  # a is the transpose of the row-major k x m matrix it views
-            _cblas_gemv(fn, 112, k, m, a.ctypes.data, lda, b.ctypes.data, incx,
-                        out.ctypes.data, incy, out)
-        return True
-    if m == 1:  # out.T = b.T a.T: the matrix b (k x n), x a's row, y out's row
+    elif m == 1:  # out's row = b.T @ a's row (b.T: the other trans code of b)
+        t, rows, cols, mat, ld, x = 223 - tb if tb else 0, n, k, b.ctypes.data, ldb, \
+            a.ctypes.data
         incx, incy = _increment(a.strides[1], size), _increment(out.strides[1], size)
-        if incx == 0 or incy == 0 or tb == 0:
-            return False
-        if tb == 111:
-            _cblas_gemv(fn, 112, k, n, b.ctypes.data, ldb, a.ctypes.data, incx,
-                        out.ctypes.data, incy, out)
-        else:  # b is the transpose of the row-major n x k matrix it views
-            _cblas_gemv(fn, 111, n, k, b.ctypes.data, ldb, a.ctypes.data, incx,
-                        out.ctypes.data, incy, out)
-        return True
-    return False
+    else:
+        return False
+    if t == 0 or incx == 0 or incy == 0:
+        return False
+    if t == 112:
+        rows, cols = cols, rows
+    _cblas_gemv(fn, t, rows, cols, mat, ld, x, incx, out.ctypes.data, incy, out)
+    return True
 
 
 @njit(inline="always")

@@ -26,7 +26,6 @@ backward without ``retain_graph``), never a crash.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import threading
 import weakref
@@ -141,19 +140,27 @@ _INT64 = np.dtype(np.int64)
 HANDLES = HandleTable()
 
 
+#: one item per live :class:`SelfHandle` (``append`` and ``pop`` are atomic)
+_SELF_LIVE: list[None] = []
+
+
 class SelfHandle(FunctionCtx):
     """The context of a PythonOp that is its own handle (no table entry): what a segmented
     run returns in the handle's place where the handle leaves the run only as itself
-    (:mod:`nbgrad.jit.segments`). Not counted as it is made (one is made per call):
-    :func:`live_contexts` finds them."""
+    (:mod:`nbgrad.jit.segments`). Counted for :func:`live_contexts`."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> SelfHandle:
+        _SELF_LIVE.append(None)  # (in __new__: copies are counted too)
+        return super().__new__(cls)
+
+    def __del__(self, _live: list = _SELF_LIVE) -> None:  # (bound: safe at exit)
+        _live.pop()
 
 
 def live_contexts() -> int:
-    """How many PythonOp contexts are alive (for tests and debugging): the entries of
-    :data:`HANDLES` and the contexts that are their own handles (:class:`SelfHandle`:
-    found among the objects the garbage collector tracks, unreachable ones not yet
-    collected included, so a context kept alive by a cycle counts)."""
-    return len(HANDLES) + sum(1 for o in gc.get_objects() if type(o) is SelfHandle)
+    """How many PythonOp contexts are alive: the entries of :data:`HANDLES` and the
+    contexts that are their own handles (:class:`SelfHandle`)."""
+    return len(HANDLES) + len(_SELF_LIVE)
 
 
 def as_handle(value: Any) -> Any:

@@ -114,6 +114,13 @@ REGRESSIONS = {
                                     Step(op="fori_loop", inputs=(2, 3), params=(3, "quadratic")),
                                     Step(op="index", inputs=(4,), params=((Ellipsis,),))),
                              seed=82),
+    # tier 2: the backward of a NumPy custom Function after sign (no gradient flows
+    # through it, so no PythonOpGrad node) was given the forward's context object and
+    # raised a TypeError; found by seed 640020
+    "pythonop_no_gradient": Program(nodes=(Leaf(shape=(2, 2), domain="nonzero"),
+                                           Step(op="sign", inputs=(0,), params=()),
+                                           Step(op="fn_sincos_numpy", inputs=(1,),
+                                                params=(True,))), seed=640020),
 }
 
 

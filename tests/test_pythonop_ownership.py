@@ -97,6 +97,22 @@ def test_a_segmented_forward_returns_the_context_as_its_handle(mode):
     assert htable.live_contexts() == 0
 
 
+@pytest.mark.parametrize("mode", ["interpret", "compile"])
+def test_a_backward_no_gradient_flows_through_takes_the_context(mode):
+    """The backward of a PythonOp after ``sign`` (whose gradient is zero) has no
+    PythonOpGrad node, but is still given the forward's context among its inputs: native
+    code takes it as a handle array (fuzz seed 640020: tier 2 raised a TypeError)."""
+    jf = nb.jit(lambda t: (Made.apply(nb.sign(t)) * 0.5).sum(), mode=mode)
+    x0 = np.linspace(-1.0, 1.0, 6)
+    for _ in range(3):  # the trace, then the segmented runs
+        x = nb.tensor(x0, requires_grad=True)
+        loss = jf(x)
+        loss.backward()
+        assert loss.item() == pytest.approx(0.5 * np.sum(np.sign(x0) ** 2))
+        np.testing.assert_array_equal(x.grad.numpy(), np.zeros(6))
+    del loss, x
+
+
 def test_handles_read_by_native_code_become_table_entries():
     """A context given as its own handle to code that reads handles as numbers (a
     backward that does not run segmented) gets a handle array for the run."""

@@ -36,6 +36,7 @@ from ...kernels.elementwise import SCALAR_IMPORT
 from ...ops.registry import REGISTRY
 from ..executable import Executable
 from ..tier1.lowering import build_tape
+from ..trace.handles import as_handle
 from ..trace.ir import CUSTOM_KINDS, LOOP, Graph, Node, format_graph, graph_hash, node_args
 from ..trace.pythonop_run import fallback_callable
 from .emit import FunctionEmitter, Tier2Unsupported
@@ -336,9 +337,11 @@ class CompiledGraph(Executable):
 
 def _prepare(k: int, a, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """Input ``k`` as the C-contiguous, writeable array of ``shape`` and ``dtype`` that the
-    entry's signature takes (a copy where it is not one); ValueError for another shape."""
+    entry's signature takes (a copy where it is not one); ValueError for another shape.
+    A PythonOp's context given as itself (a backward that no gradient of it flows
+    through has no PythonOpGrad to read it) becomes a handle array."""
     if type(a) is not np.ndarray:
-        a = np.asarray(a)
+        a = np.asarray(as_handle(a))
     if a.shape != shape:
         raise ValueError(f"compiled graph: input {k} has shape {a.shape}, the graph "
                          f"was built for {shape}")

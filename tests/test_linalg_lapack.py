@@ -150,10 +150,19 @@ def test_triangular_matmul_reads_one_triangle_in_every_layout(dtype):
         nb.triangular_matmul(nb.tensor(A[0]), nb.tensor(B[:4]), upper=False)
 
 
-def test_cholesky_backward_multiplies_by_the_triangle_only():
-    """Cholesky's backward takes ``L^T grad`` with ``triangular_matmul`` (BLAS ``trmm``),
-    not a full matrix product, in eager mode and in the jitted gradient graph, whose
-    tiers agree with eager and with the hand-derived gradient."""
+def _cholesky_grad_symbolic(K, G):
+    """d/dA sum(L * G) for symmetric A: L^-T Phi L^-1, Phi = sym(tril(L^T tril(G)))."""
+    L = np.linalg.cholesky(K)
+    P = np.swapaxes(L, -1, -2) @ np.tril(G)
+    phi = 0.5 * (np.tril(P) + np.swapaxes(np.tril(P, -1), -1, -2))
+    Linv = np.linalg.inv(L)
+    return np.swapaxes(Linv, -1, -2) @ phi @ Linv
+
+
+def test_cholesky_backward_is_one_blocked_node():
+    """Cholesky's backward is one ``cholesky_backward`` node (the blocked reverse of the
+    factorisation, no triangular solves of the whole matrix), in eager mode and in the
+    jitted gradient graph, whose tiers agree with eager and with the symbolic gradient."""
     M = RNG.standard_normal((6, 6))
     K = M @ M.T + 6 * np.eye(6)
     G = RNG.standard_normal((6, 6))
@@ -161,16 +170,33 @@ def test_cholesky_backward_multiplies_by_the_triangle_only():
     def f(a):
         return (nb.linalg.cholesky(a) * nb.tensor(G)).sum()
 
-    # d/dA sum(L * G) for symmetric A: L^-T Phi L^-1, Phi = sym(tril(L^T tril(G)))
-    L = np.linalg.cholesky(K)
-    P = L.T @ np.tril(G)
-    phi = 0.5 * (np.tril(P) + np.tril(P, -1).T)
-    Linv = np.linalg.inv(L)
-    want = Linv.T @ phi @ Linv
+    want = _cholesky_grad_symbolic(K, G)
     eager = nb.grad(f)(nb.tensor(K)).numpy()
     np.testing.assert_allclose(eager, want, rtol=1e-10, atol=1e-12)
     for mode in ("interpret", "compile"):
         got = nb.jit(nb.grad(f), mode=mode)(nb.tensor(K)).numpy()
         np.testing.assert_allclose(got, eager, rtol=1e-12, atol=1e-14)
     graph = nb.jit(nb.grad(f), mode="interpret").graph(nb.tensor(K))
-    assert "triangular_matmul(" in graph and " matmul(" not in graph
+    assert graph.count("cholesky_backward(") == 1 and "solve_triangular" not in graph
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(0, 0), (1, 1), (63, 63), (64, 64), (65, 65), (3, 150, 150),
+                                   (2, 0, 5, 5)])
+def test_cholesky_backward_matches_the_symbolic_form_across_blocks(shape, dtype):
+    """The blocked reverse (blocks of 64 columns) equals the symbolic gradient at sizes
+    below, at and past one block and over several blocks, batched and empty, reading only
+    the lower triangles of ``L`` and ``gL``."""
+    n = shape[-1]
+    M = RNG.standard_normal(shape)
+    K = M @ np.swapaxes(M, -1, -2) + n * np.eye(n)
+    G = RNG.standard_normal(shape)
+    L = np.linalg.cholesky(K)
+    junk = np.triu(RNG.standard_normal(shape), 1)
+    got = nb.ops.decomp.cholesky_backward(nb.tensor((G + 5 * junk).astype(dtype)),
+                                          nb.tensor((L + junk).astype(dtype)))
+    assert got.shape == shape and got.dtype == dtype
+    tol = 1e-10 if dtype == np.float64 else 2e-4
+    scale = max(1.0, float(np.abs(_cholesky_grad_symbolic(K, G)).max())) if G.size else 1.0
+    np.testing.assert_allclose(got.numpy(), _cholesky_grad_symbolic(K, G), rtol=tol,
+                               atol=tol * scale)

@@ -130,11 +130,23 @@ def matmul_grad_other(grad, self, other_ndim):
 
 
 @backward_helper
-def cholesky_phi(L, grad):
-    """``sym(tril(L^T grad))`` with the diagonal halved (the core of cholesky's backward;
-    ``L^T grad`` reads only ``L``'s lower triangle: BLAS ``trmm``, half a ``matmul``)."""
-    p = ops.triangular_matmul(L, grad, upper=False, transpose=True)
-    return 0.5 * (ops.tril(p) + mT(ops.tril(p, -1)))
+def cholesky_backward_z(L, grad):
+    """``Phi(L^-1 sym(grad) L^-T)``: its lower triangle, the diagonal halved (the
+    derivatives of ``cholesky_backward``; ``L Z`` is cholesky's JVP for ``sym(grad)``)."""
+    s = 0.5 * (grad + mT(grad))
+    y = ops.linalg.solve_triangular(L, s, upper=False)
+    y = solve_triangular_adjoint(L, y, False, False, False)
+    return 0.5 * (ops.tril(y) + ops.tril(y, -1))
+
+
+@backward_helper
+def cholesky_backward_l(gL, L, result, grad):
+    """The gradient of ``cholesky_backward`` for ``L``: ``tril(gL Z^T - 2 result sym(grad)
+    L^-T)`` (only ``L``'s lower triangle is read)."""
+    z = cholesky_backward_z(L, grad)
+    s = 0.5 * (grad + mT(grad))
+    w = solve_triangular_adjoint(L, ops.matmul(result, s), False, False, False)
+    return ops.tril(ops.matmul(gL, mT(z)) - 2 * w)
 
 
 @backward_helper

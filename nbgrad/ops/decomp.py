@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import LinAlgError  # noqa: F401 - nbgrad.linalg re-exports it from here
 from ..kernels import blas
+from ..kernels.cholesky_backward import cholesky_backward_native
 from ..kernels.layout import call_native
 from ..tensor import Tensor
 from .convert import to_dtype
@@ -203,6 +204,37 @@ def cholesky(A: Tensor, *, upper: bool = False) -> Tensor:
     if upper:
         return transpose(L, -2, -1)
     return L
+
+
+def _cholesky_backward_static(attrs: dict, shapes: tuple) -> NativePlan:
+    G, L = tuple(shapes[0]), tuple(shapes[1])
+    batch, *plan = _broadcast_plan(G, L)
+    return NativePlan((G, L, *plan), (batch + L[-2:],))
+
+
+_CHOLESKY_BACKWARD = Opaque(native=cholesky_backward_native, static=_cholesky_backward_static)
+
+
+@kernel("cholesky_backward", kind=_CHOLESKY_BACKWARD, batch=batching("leading", 2, 2))
+def _cholesky_backward_kernel(gL, L):
+    return call_native(_CHOLESKY_BACKWARD, (gL, L), {})
+
+
+@op_function("cholesky_backward")
+def cholesky_backward(gL: Tensor, L: Tensor) -> Tensor:
+    """The gradient of ``linalg.cholesky`` for its input: ``L^-T Phi L^-1`` with ``Phi =
+    sym(tril(L^T gL))`` (diagonal halved), symmetric, from the lower factor ``L`` and the
+    gradient ``gL`` of the factor; only their lower triangles are read; batch dimensions
+    broadcast. Computed by the blocked reverse of the factorisation (two thirds of the
+    flops of one ``n x n`` product, :mod:`nbgrad.kernels.cholesky_backward`)."""
+    gL, L = promote_operands(gL, L)
+    gL, L = _float("cholesky_backward", gL), _float("cholesky_backward", L)
+    _square("cholesky_backward", L)
+    if gL.shape[-2:] != L.shape[-2:]:
+        raise RuntimeError(f"cholesky_backward: gL of shape {gL.shape} and L of shape "
+                           f"{L.shape} do not fit (both (..., n, n))")
+    _check_batches("cholesky_backward", L, gL, gL.shape[:-2])
+    return apply(get("cholesky_backward"), (gL, L))
 
 
 # ------------------------------------------------------------------ triangular solve

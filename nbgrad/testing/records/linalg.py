@@ -122,6 +122,29 @@ def _triangular_matmul_samples(rng):
     ]
 
 
+def _factor(rng, *batch, n=3):
+    """A Cholesky factor (lower, well conditioned) with junk above the diagonal, which
+    ``cholesky_backward`` must not read."""
+    return np.linalg.cholesky(_spd(rng, *batch, n=n)) + np.triu(_arr(rng, *batch, n, n), 1)
+
+
+def _cholesky_backward_ref(gL, L):
+    low = np.tril(L)
+    inv = np.linalg.inv(low)
+    p = np.swapaxes(low, -1, -2) @ np.tril(gL)
+    phi = 0.5 * (np.tril(p) + np.swapaxes(np.tril(p, -1), -1, -2))
+    return np.swapaxes(inv, -1, -2) @ phi @ inv
+
+
+def _cholesky_backward_samples(rng):
+    return [
+        Sample((_arr(rng, 3, 3), _factor(rng)), note="3x3"),
+        Sample((_arr(rng, 2, 4, 4), _factor(rng, 2, n=4)), note="batch"),
+        Sample((_arr(rng, 2, 3, 3), _factor(rng)), note="batch-broadcast-L"),
+        Sample((_arr(rng, 1, 1), _factor(rng, n=1)), note="1x1"),
+    ]
+
+
 RECORDS = [
     OpRecord("einsum", _einsum_samples, ref=lambda eq, *ops_: np.einsum(eq, *ops_),
              ref_rtol=1e-9),
@@ -171,6 +194,8 @@ RECORDS = [
              ref=_solve_triangular_ref, ref_rtol=1e-9),
     OpRecord("triangular_matmul", _triangular_matmul_samples, ref=_triangular_matmul_ref,
              ref_rtol=1e-12),
+    OpRecord("cholesky_backward", _cholesky_backward_samples, ref=_cholesky_backward_ref,
+             ref_rtol=1e-9),
 ]
 
 

@@ -13,7 +13,9 @@ the first call) and ``mode="interpret"`` (tier 1), and PyTorch eager (CPU). The 
 runs as a Python call between native segments (:mod:`nbgrad.jit.segments`); the rows
 "objmode" and "eager step" run it inside the tier's code instead (the path before, built
 with ``segments.ENABLED = False``), for a comparison in one run. The overhead of the
-Function is its row minus the plain-ops row of the same framework and mode. Every row's
+Function is its row minus the plain-ops row of the same framework and mode: the median over
+rounds of the two rows' difference in one round (paired: a drift of the machine's load
+between rounds reaches both rows), and the difference of their medians beside it. Every row's
 gradient is checked against ``2 x`` before timing. Compare numbers from one run only.
 """
 
@@ -158,16 +160,21 @@ def main(argv=None) -> int:
     for name in rows:
         print(f"{name:52s} {med[name] * 1e6:10.1f}")
     print()
-    print(f"{'Function overhead (row - plain ops)':52s} {'us':>10s} {'/ torch':>8s}")
-    torch_ovh = None
-    if PAIRS[-1][0] in med:
-        torch_ovh = med[PAIRS[-1][0]] - med[PAIRS[-1][1]]
+    # per round, the Function's block minus the plain ops' block of the same round: a
+    # drift of the machine's load between rounds reaches both (the difference of the
+    # two medians, printed beside it, does not pair them)
+    paired = {fn_row: statistics.median(f - p for f, p in zip(times[fn_row], times[plain],
+                                                               strict=True))
+              for fn_row, plain in PAIRS if fn_row in med}
+    print(f"{'Function overhead (row - plain ops)':52s} {'us':>10s} {'/ torch':>8s} "
+          f"{'medians':>10s}")
+    torch_ovh = paired.get(PAIRS[-1][0])
     for fn_row, plain in PAIRS:
         if fn_row not in med:
             continue
-        ovh = med[fn_row] - med[plain]
+        ovh = paired[fn_row]
         ratio = f"{ovh / torch_ovh:8.2f}" if torch_ovh else f"{'-':>8s}"
-        print(f"{fn_row:52s} {ovh * 1e6:10.1f} {ratio}")
+        print(f"{fn_row:52s} {ovh * 1e6:10.1f} {ratio} {(med[fn_row] - med[plain]) * 1e6:10.1f}")
     return 0
 
 

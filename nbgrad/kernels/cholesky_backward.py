@@ -81,7 +81,7 @@ def reverse_into(L, G, block):
             dbar = G[j:k, j:k]
             _subtract_product(dbar + dbar.T, L[j:k, :j], G[j:k, :j])
             if k < n:
-                _subtract_product(np.ascontiguousarray(G[k:, j:k]).T, L[k:, :j], G[j:k, :j])
+                _subtract_product(G[k:, j:k].T, L[k:, :j], G[j:k, :j])  # Cbar^T B
         k = j
 
 

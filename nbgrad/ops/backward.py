@@ -130,21 +130,26 @@ def matmul_grad_other(grad, self, other_ndim):
 
 
 @backward_helper
-def cholesky_backward_z(L, grad):
-    """``Phi(L^-1 sym(grad) L^-T)``: its lower triangle, the diagonal halved (the
-    derivatives of ``cholesky_backward``; ``L Z`` is cholesky's JVP for ``sym(grad)``)."""
-    s = 0.5 * (grad + mT(grad))
+def cholesky_z_of_sym(L, s):
+    """``Phi(L^-1 s L^-T)`` for the symmetric ``s`` (see :func:`cholesky_backward_z`)."""
     y = ops.linalg.solve_triangular(L, s, upper=False)
     y = solve_triangular_adjoint(L, y, False, False, False)
     return 0.5 * (ops.tril(y) + ops.tril(y, -1))
 
 
 @backward_helper
+def cholesky_backward_z(L, grad):
+    """``Phi(L^-1 sym(grad) L^-T)``: its lower triangle, the diagonal halved (the
+    derivatives of ``cholesky_backward``; ``L Z`` is cholesky's JVP for ``sym(grad)``)."""
+    return cholesky_z_of_sym(L, 0.5 * (grad + mT(grad)))
+
+
+@backward_helper
 def cholesky_backward_l(gL, L, result, grad):
     """The gradient of ``cholesky_backward`` for ``L``: ``tril(gL Z^T - 2 result sym(grad)
     L^-T)`` (only ``L``'s lower triangle is read)."""
-    z = cholesky_backward_z(L, grad)
     s = 0.5 * (grad + mT(grad))
+    z = cholesky_z_of_sym(L, s)
     w = solve_triangular_adjoint(L, ops.matmul(result, s), False, False, False)
     return ops.tril(ops.matmul(gL, mT(z)) - 2 * w)
 

@@ -7,6 +7,8 @@ the simulator runs one Python thread per CUDA thread.
 
 from __future__ import annotations
 
+import types
+
 import nbgrad.cuda as nbcuda
 
 nbcuda.use_simulator_if_no_gpu()
@@ -16,6 +18,7 @@ import pytest  # noqa: E402
 
 import nbgrad as nb  # noqa: E402
 from nbgrad.jit.cuda.fusion import CudaExecutable  # noqa: E402
+from nbgrad.jit.local_names import shared_temporaries  # noqa: E402
 from nbgrad.jit.trace.ir import Graph, Node, Var  # noqa: E402
 
 pytestmark = pytest.mark.cuda
@@ -100,9 +103,9 @@ def test_broadcasting_and_strided_inputs(rng):
     assert len(_kernels(entry.executable("fwd"))) == 2
     assert "over [3, 4]: gt mul sub sigmoid where add" in text and "over [4]: relu pow" in text
     src = entry.executable("main").source()
-    assert "x0 = b0[o0 + i0 * s0[0] + i1 * s0[1]]" in src  # x: both dimensions
-    assert "b1[o1 + i1 * s1[0]]" in src                     # b: broadcast along dim 0
-    assert "b2[o2 + i0 * s2[0]]" in src                     # c: broadcast along dim 1
+    assert "x0_ = b0_[o0_ + i0_ * s0_[0] + i1_ * s0_[1]]" in src  # x: both dimensions
+    assert "b1_[o1_ + i1_ * s1_[0]]" in src                 # b: broadcast along dim 0
+    assert "b2_[o2_ + i0_ * s2_[0]]" in src                 # c: broadcast along dim 1
     # backward: the broadcast gradients are reduced by the eager CUDA reduction
     assert ("eager", "sum_to") in entry.executable("bwd").steps
 
@@ -128,7 +131,7 @@ def test_w3_value_and_grad_matches_eager_cpu(rng, dtype):
     # the value (a fused sum) and the gradient come from one kernel
     assert exe.steps == [("kernel", "region_0")]
     src = exe.source()
-    assert "cuda.atomic.add(acc0, 0, sh0[0])" in src and "-> sum" in src
+    assert "cuda.atomic.add(acc0_, 0, sh0_[0])" in src and "-> sum" in src
 
 
 def test_reductions_fused_and_partial(rng):
@@ -304,3 +307,23 @@ def test_empty_integer_and_pass_through_outputs(rng):
         assert a.dtype == nb.int64 and count.item() == 2 and count.dtype == nb.int64
         assert same._data is not xi._data  # outputs never alias the inputs
         np.testing.assert_array_equal(same.numpy(), np.arange(5))
+
+
+def test_fused_kernels_give_every_load_its_own_temporary(rng):
+    # twelve operands: loads x0..x11 and values t1..t12, names that are other names plus
+    # digits (nbgrad.jit.local_names)
+    def many(*xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = out * 0.5 + x
+        return out
+    xs = [_cuda(rng.standard_normal(4)) for _ in range(12)]
+    jf = nb.jit(many)
+    for _ in range(2):
+        _same(jf(*xs), many(*xs))
+    source = _entry(jf, *xs).executable("fwd").module_source
+    code = compile(source, "<generated>", "exec")
+    kernels = [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    assert kernels and "x11_ = " in source
+    assert not [n for c in kernels for n in c.co_varnames if n[-1].isdigit()]
+    assert shared_temporaries(source) == {}

@@ -147,7 +147,7 @@ def test_sibling_regions_that_read_one_value_run_as_one_loop():
     assert len(regions) == 1
     assert [r.node.op for r in regions[0].reductions] == ["sum", "sum", "sum"]
     compiled, _ = compile_and_compare(g, arrays)
-    assert body_of(compiled.source()).count("for i0 in range(6)") == 1
+    assert body_of(compiled.source()).count("for i0_ in range(6)") == 1
 
 
 def test_adjacent_regions_with_nothing_in_common_stay_apart():
@@ -234,8 +234,8 @@ def test_w3_value_and_grad_is_one_fused_loop():
     # vectorisable math; the same loop with libm again only if an argument of sin or cos
     # was beyond vecmath.TRIG_MAX
     main, _, redo = src.partition("if big")
-    assert main.count("for i0 in range(1001):") == 1 and main.count("for ") == 1
-    assert redo.count("for i0 in range(1001):") == 1 and redo.count("for ") == 1
+    assert main.count("for i0_ in range(1001):") == 1 and main.count("for ") == 1
+    assert redo.count("for i0_ in range(1001):") == 1 and redo.count("for ") == 1
     for fn in ("sin(", "exp(", "tanh(", "cos("):
         assert f"v{fn}" in main and f"math.{fn}" in redo
     # no intermediate buffer: only the gradient and the 1-element loss output
@@ -274,7 +274,7 @@ def test_generated_code_allocates_and_fills_through_intrinsics():
     compiled, (p,) = compile_and_compare(trace(lambda b: (b * 2.0).permute(2, 0, 1), b), [b])
     np.testing.assert_array_equal(p, np.transpose(b * 2.0, (2, 0, 1)))
     src += body_of(compiled.source())
-    assert "nb_permuted(v2, (2, 0, 1))" in src
+    assert "nb_permuted(v2_, (2, 0, 1))" in src
     for slow in ("np.empty(", "np.full(", ".fill(", "min(", "np.zeros(", "np.transpose("):
         assert slow not in src
 
@@ -320,7 +320,7 @@ def test_broadcasting_and_reductions_over_dims(rng):
     compiled, _ = compile_and_compare(g, [a, b, c])
     src = body_of(compiled.source())
     assert "acc" in src and "+=" in src  # reductions accumulate inside the loop nests
-    assert "[1 + i0, 2 * i1]" in src  # y[1:, ::2] is read in place, fused
+    assert "[1 + i0_, 2 * i1_]" in src  # y[1:, ::2] is read in place, fused
     assert compiled.stats["fallbacks"] == []  # index_backward is a loop nest too
 
 
@@ -395,7 +395,7 @@ def test_fori_loop_stays_a_native_loop_with_its_gradient(rng):
     compiled, _ = compile_and_compare(g, [W, b, x0], rtol=1e-11)
     src = body_of(compiled.source())
     # a forward loop and a reverse loop, not 200 copies of the body
-    assert src.count("for j0 in range(200):") == 2
+    assert src.count("for j0_ in range(200):") == 2
     assert src.count("vtanh(") == 1  # vectorisable tanh (nbgrad.kernels.vecmath)
     assert "199 - j0" in src  # the backward walks the saved steps in reverse
 
@@ -415,7 +415,7 @@ def test_scan_with_xs_ys_reverse_and_an_index(rng):
 
     g = trace(f, xs, c0, wrt=[0, 1])
     compiled, _ = compile_and_compare(g, [xs, c0])
-    assert "for j0 in range(7):" in body_of(compiled.source())
+    assert "for j0_ in range(7):" in body_of(compiled.source())
 
 
 def test_ops_without_native_lowering_run_their_eager_kernel(rng, monkeypatch):
@@ -497,7 +497,7 @@ def test_jit_compile_mode_value_and_grad_is_one_native_call(rng):
     src = f.source(nb.tensor(x))
     # one loop (and its libm redo for sin arguments past vecmath.TRIG_MAX)
     main = body_of(src).partition("if big")[0]
-    assert "@njit(cache=True" in src and main.count("for i0 in range(50):") == 1
+    assert "@njit(cache=True" in src and main.count("for i0_ in range(50):") == 1
 
 
 def test_auto_mode_promotes_a_hot_graph_in_the_background(rng, monkeypatch):
@@ -517,7 +517,7 @@ def test_auto_mode_promotes_a_hot_graph_in_the_background(rng, monkeypatch):
     src = f.source(nb.tensor(x))
     # one loop (and its libm redo for sin arguments past vecmath.TRIG_MAX)
     main = body_of(src).partition("if big")[0]
-    assert "@njit(cache=True" in src and main.count("for i0 in range(40):") == 1
+    assert "@njit(cache=True" in src and main.count("for i0_ in range(40):") == 1
 
 
 def _w1_inputs(rng, n=8):
@@ -551,7 +551,7 @@ def test_jit_compile_mode_w1_loops_stay_loops(rng, form):
         assert_close(gw.numpy(), ref_gw.numpy(), 1e-11)
         assert_close(gb.numpy(), ref_gb.numpy(), 1e-11)
     src = body_of(f.source(*args))
-    assert "for j0 in range(" in src        # native loops (the Python loop re-rolled)
+    assert "for j0_ in range(" in src        # native loops (the Python loop re-rolled)
     assert src.count("math.tanh(") <= 2     # never one copy per step
     assert "objmode" not in src
 

@@ -157,7 +157,7 @@ def test_generated_code_loads_each_element_it_reads():
     x = nb.tensor(np.arange(12.0).reshape(6, 2))
     f(x)
     src = f.source(x)
-    assert "[i0, 0]" in src and "[i0, 1]" in src
+    assert "[i0_, 0]" in src and "[i0_, 1]" in src
 
 
 @pytest.mark.parametrize("name", ["columns", "stencil", "matmul intermediate", "in fori_loop"])

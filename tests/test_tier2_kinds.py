@@ -177,22 +177,22 @@ def _op(name):
 
 @pytest.mark.parametrize(("name", "native", "static", "call", "text"), [
     ("softmax", _softmax_rows, _rows_static, lambda x, y: _op("softmax")(x * 2, 1),
-     "(v3.reshape(-1), np.int64(3), np.int64(4))"),
+     "(v3_.reshape(-1), np.int64(3), np.int64(4))"),
     ("softmax", _softmax_rows_dim, _rows_static_named, lambda x, y: _op("softmax")(x * 2, 1),
-     "(v3.reshape(-1), np.int64(3), np.int64(4), np.int64(-1))"),
+     "(v3_.reshape(-1), np.int64(3), np.int64(4), np.int64(-1))"),
     ("max_dim", _max_rows, lambda attrs, shapes: NativePlan(
         tuple(shapes[0]), ((shapes[0][0],),) * 2), lambda x, y: _op("max_dim")(x, 1),
-     "(v0.reshape(-1), np.int64(3), np.int64(4))"),
+     "(v0_.reshape(-1), np.int64(3), np.int64(4))"),
     ("mse_loss", _mse, lambda attrs, shapes: NativePlan((attrs["reduction"],), ((),)),
      lambda x, y: _op("mse_loss")(x, y) * 3,
-     "(v0.reshape(-1), v1.reshape(-1), nb_unicode('mean'))"),
+     "(v0_.reshape(-1), v1_.reshape(-1), nb_unicode('mean'))"),
     ("mse_loss", _mse, lambda attrs, shapes: NativePlan((attrs["reduction"],), ((),)),
      lambda x, y: _op("mse_loss")(x.T, y.T, "sum"),
-     "(np.ascontiguousarray(v2).reshape(-1), np.ascontiguousarray(v3).reshape(-1), "
+     "(np.ascontiguousarray(v2_).reshape(-1), np.ascontiguousarray(v3_).reshape(-1), "
      "nb_unicode('sum'))"),
     ("clamp_tensor", _clamp, lambda attrs, shapes: NativePlan((), (tuple(shapes[0]),)),
      lambda x, y: _op("clamp_tensor")(x, y, None),
-     "(v0.reshape(-1), v1.reshape(-1), nb_empty((0,), np.float64))"),
+     "(v0_.reshape(-1), v1_.reshape(-1), nb_empty((0,), np.float64))"),
 ], ids=["softmax", "softmax-static", "max_dim", "mse_loss", "mse_loss-views", "clamp_tensor"])
 def test_opaque_op_with_native_is_called_directly(rng, monkeypatch, name, native, static,
                                                   call, text):

@@ -50,6 +50,7 @@ from ...grad_mode import no_grad
 from ...ops.registry import REGISTRY
 from ...tensor import STATE_TRACE, Tensor
 from ..executable import Executable
+from ..local_names import unambiguous_locals
 from ..reference import run_node
 from ..tier2 import fusion
 from ..tier2.fusion import Access, Group, Reduction
@@ -254,7 +255,7 @@ class _KernelWriter:
         if fused:
             src += self._reduce_block(fused)
         return FusedKernel(self.name, grp, n, stores, self.operands, fused, eager,
-                           "\n".join(src) + "\n")
+                           unambiguous_locals("\n".join(src) + "\n"))
 
     @staticmethod
     def _reduce_block(fused: list[Reduction]) -> list[str]:

@@ -35,6 +35,7 @@ from ...kernels import parallel
 from ...kernels.elementwise import SCALAR_IMPORT
 from ...ops.registry import REGISTRY
 from ..executable import Executable
+from ..local_names import unambiguous_locals
 from ..tier1.lowering import build_tape
 from ..trace.handles import as_handle
 from ..trace.ir import CUSTOM_KINDS, LOOP, Graph, Node, format_graph, graph_hash, node_args
@@ -127,13 +128,12 @@ def _check_types(graph: Graph) -> None:
 class Generated:
     """The generated module text of a graph and what running it needs."""
 
-    def __init__(self, graph: Graph, source: str, entry: str, params: list[str],
+    def __init__(self, graph: Graph, source: str, entry: str,
                  const_args: list[np.ndarray], fallbacks: list[tuple[int, Node]],
                  ghash: str, stats: dict[str, Any]) -> None:
         self.graph = graph
         self.source = source
         self.entry = entry
-        self.params = params
         self.const_args = const_args
         self.fallbacks = fallbacks
         #: (global name, @njit function) bound in the module before it compiles
@@ -171,20 +171,19 @@ def generate(graph: Graph, fastmath: frozenset[str] | bool = FASTMATH) -> Genera
     text += "".join(line + "\n" for line in em.globals_lines)
     # objmode blocks take the GIL: Numba warns about nogil=True with them
     nogil = "" if em.fallbacks else "nogil=True, "
-    text += f"\n@njit(cache=True, {nogil}error_model=\"numpy\", fastmath={fm})\n"
-    text += f"def {entry}({', '.join(params)}):\n"
-    text += "\n".join(body) + "\n"
+    function = unambiguous_locals(f"def {entry}({', '.join(params)}):\n" + "\n".join(body)
+                                  + "\n")
+    text += f"\n@njit(cache=True, {nogil}error_model=\"numpy\", fastmath={fm})\n" + function
     par_entry = None
     if em.blocked and not em.fallbacks:  # the same code, its block loops on Numba's threads
         par_entry = entry + "_parallel"
         text += (f"\n\n@njit(cache=True, nogil=True, error_model=\"numpy\", fastmath={fm}, "
                  f"parallel={parallel.OPTIONS!r})\n")
-        text += f"def {par_entry}({', '.join(params)}):\n"
-        text += "\n".join(body) + "\n"
+        text += function.replace(f"def {entry}(", f"def {par_entry}(", 1)
     stats = {"regions": em.regions, "fused_nodes": em.fused_nodes, "blocked": em.blocked,
              "fallbacks": [n.op for _, n in em.fallbacks],
              "nodes": sum(1 for _ in graph.walk())}
-    gen = Generated(graph, text, entry, params, [a for _, a in em.const_args],
+    gen = Generated(graph, text, entry, [a for _, a in em.const_args],
                     em.fallbacks, ghash, stats)
     gen.natives = list(em.natives)
     gen.par_entry = par_entry

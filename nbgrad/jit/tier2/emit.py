@@ -151,8 +151,8 @@ class FunctionEmitter(OpsEmitter, MovesEmitter):
             n = f"v{self.num(v)}"
             self.used_names.add(n)
             if v.shape == ():
-                params.append(n + "_")
-                self.prologue.append(f"{n} = {n}_[()]")
+                params.append(n + "_in")
+                self.prologue.append(f"{n} = {n}_in[()]")
                 top.stores[id(v)] = Store(n, "scalar", (), v.dtype)
             else:
                 params.append(n)

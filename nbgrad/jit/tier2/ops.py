@@ -356,7 +356,7 @@ class OpsEmitter:
             s = scope.get(v)
             # a uniform constant is held as a literal: the kernel needs the whole array
             args.append(self.array_of(v, scope) if s.kind == "literal" else s.array)
-        names = [self.fresh_name(f"v{self.num(v)}" + ("_" if v.shape == () else ""))
+        names = [self.fresh_name(f"v{self.num(v)}" + ("_out" if v.shape == () else ""))
                  for v in node.outputs]
         types = ", ".join(f"{n}='{objmode_type(v.dtype, max(v.ndim, 1))}'"
                           for n, v in zip(names, node.outputs, strict=True))

@@ -48,6 +48,7 @@ from ... import functional, jit
 from ...batching import vmap
 from ...errors import TracerError
 from ...jit import program as tiers
+from ...jit.local_names import digit_extended_locals
 from ...jit.tier1 import interpreter, storage, strips
 from ...jit.trace import traced_grad
 from ...kernels import parallel
@@ -617,6 +618,7 @@ def _run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor
                     found += _compare_special(g, ref[CALLS], p, executor, xs)
         except Exception as exc:
             found.append(_raised(exc, programs[0], executor, call))
+    found += _ambiguous_locals(jitted, programs[0], executor)
     tier2 = ran_tier2(jitted)
     if executor == "blocked":  # counted only where tier 2 wrote a loop over blocks
         tier2 = tier2 and any(getattr(getattr(x, "inner", x), "stats", {}).get("blocked")
@@ -627,6 +629,21 @@ def _run_jit(programs: Sequence[Program], refs: Sequence[list[Result]], executor
                  for x in e.program.executables().values()]
         tier2 = any(interpreter.OP_STRIP in t.ins[:, 0] for t in tapes if hasattr(t, "ins"))
     return found, tier2
+
+
+def _ambiguous_locals(jitted, program: Program, executor: str) -> list[Mismatch]:
+    """Generated code (tier 2's, the CUDA tier's) in which Numba's frontend may give loads
+    of two locals one temporary (:mod:`nbgrad.jit.local_names`)."""
+    found = []
+    for x in (x for e in jitted._cache.values() for x in e.program.executables().values()):
+        x = getattr(x, "inner", x)
+        source = getattr(getattr(x, "generated", None), "source", None) or \
+            getattr(x, "module_source", None)
+        pairs = source and digit_extended_locals(source)
+        if pairs:
+            found.append(Mismatch(executor, program, 0, "generated code", "locals that "
+                                  f"are other locals plus digits: {pairs[:4]}"))
+    return found
 
 
 def overwritten(kept: list, compare: Callable[[object, int], list[Mismatch]]

@@ -17,8 +17,7 @@ import types
 import pytest
 
 from nbgrad import jit
-from nbgrad.jit.local_names import (digit_extended_locals, shared_temporaries,
-                                    unambiguous_locals)
+from nbgrad.jit.local_names import digit_extended_locals, shared_temporaries, unambiguous_locals
 from nbgrad.jit.tier1 import interpreter
 from nbgrad.jit.tier2.codegen import generate
 from nbgrad.kernels import elementwise

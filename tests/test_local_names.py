@@ -2,7 +2,7 @@
 own temporary (:mod:`nbgrad.jit.local_names`).
 
 Numba names the temporary of a load ``"$" + name + offset``: ``v14`` loaded at offset
-18164 and ``v141`` at 8164 shared one, and a batch of six fuzz programs (seeds
+18166 and ``v141`` at 8166 shared one, and a batch of six fuzz programs (seeds
 680036-680041) failed to compile in tier 2 with ``Undecided type``. The checks here run
 Numba's own flow analysis over the code tier 2 generates for fuzz graphs, and the fuzzer
 runs the same check on every graph it compiles.

@@ -1,16 +1,18 @@
 """Local names in generated functions that Numba's bytecode frontend cannot confuse.
 
 Numba names the temporary a ``LOAD_FAST`` pushes ``"$" + name + offset`` (the
-instruction's bytecode offset, :meth:`numba.core.byteflow.State.make_temp`). Two locals of
-which one is the other plus digits then meet: ``v14`` loaded at offset 18164 and
-``v141`` at offset 8164 both make ``$v1418164``. Generated code numbers its values
-(``v14``, ``v141``, ``acc7``, ``x68_1``), and a large function has offsets of five digits:
-the two temporaries merge, and typing fails (``Undecided type``) or, in a parallel
-function, the parfor passes see one variable where there are two.
+instruction's offset, :meth:`numba.core.byteflow.State.make_temp`), so two locals of which
+one is the other plus digits can meet: ``v14`` loaded at offset 18166 and ``v141`` at 8166
+both pushed ``$v1418166.8``. Generated code numbers its values (``v14``, ``v141``,
+``acc7``, ``x68_1``), and a large function has offsets of five digits. In the graph that
+found it (fuzz seeds 680036-680041) the merged temporary failed typing
+(``Undecided type``).
 
 :func:`unambiguous_locals` appends ``_`` to every local name that ends in a digit. A
 name and an offset then split at the name's last character, so no two loads share a
-temporary.
+temporary. :func:`digit_extended_locals` is the quick check of that rule (the fuzzer
+runs it on every function it compiles); :func:`shared_temporaries` asks Numba's own flow
+analysis.
 """
 
 from __future__ import annotations

@@ -7,8 +7,6 @@ the simulator runs one Python thread per CUDA thread.
 
 from __future__ import annotations
 
-import types
-
 import nbgrad.cuda as nbcuda
 
 nbcuda.use_simulator_if_no_gpu()
@@ -18,7 +16,7 @@ import pytest  # noqa: E402
 
 import nbgrad as nb  # noqa: E402
 from nbgrad.jit.cuda.fusion import CudaExecutable  # noqa: E402
-from nbgrad.jit.local_names import shared_temporaries  # noqa: E402
+from nbgrad.jit.local_names import function_codes, shared_temporaries  # noqa: E402
 from nbgrad.jit.trace.ir import Graph, Node, Var  # noqa: E402
 
 pytestmark = pytest.mark.cuda
@@ -322,8 +320,7 @@ def test_fused_kernels_give_every_load_its_own_temporary(rng):
     for _ in range(2):
         _same(jf(*xs), many(*xs))
     source = _entry(jf, *xs).executable("fwd").module_source
-    code = compile(source, "<generated>", "exec")
-    kernels = [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    kernels = function_codes(source)
     assert kernels and "x11_ = " in source
     assert not [n for c in kernels for n in c.co_varnames if n[-1].isdigit()]
     assert shared_temporaries(source) == {}

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import ast
 import textwrap
-import types
 
 import pytest
 
 from nbgrad import jit
-from nbgrad.jit.local_names import digit_extended_locals, shared_temporaries, unambiguous_locals
+from nbgrad.jit.local_names import (
+    digit_extended_locals,
+    function_codes,
+    shared_temporaries,
+    unambiguous_locals,
+)
 from nbgrad.jit.tier1 import interpreter
 from nbgrad.jit.tier2.codegen import generate
 from nbgrad.kernels import elementwise
@@ -26,9 +30,7 @@ from nbgrad.testing.fuzz.generate import generate as generate_program
 
 
 def _locals_ending_in_digits(source: str) -> list[str]:
-    code = compile(source, "<generated>", "exec")
-    return sorted(n for c in code.co_consts if isinstance(c, types.CodeType)
-                  for n in c.co_varnames if n[-1].isdigit())
+    return sorted(n for c in function_codes(source) for n in c.co_varnames if n[-1].isdigit())
 
 
 def test_locals_that_end_in_digits_are_renamed_and_the_function_computes_the_same():

@@ -69,20 +69,25 @@ def _function_edits(fn: ast.FunctionDef) -> list[tuple[int, int, int, str]]:
     return edits
 
 
+def function_codes(source: str) -> list[types.CodeType]:
+    """The code objects of the top-level functions of ``source`` (compiled, not run)."""
+    return [c for c in compile(source, "<generated>", "exec").co_consts
+            if isinstance(c, types.CodeType)]
+
+
 def digit_extended_locals(source: str) -> list[tuple[str, str]]:
     """Pairs of locals of one function of ``source`` of which the second is the first plus
     digits (``("v14", "v141")``): the loads that may share a temporary. A quick check
     (no Numba): empty wherever :func:`unambiguous_locals` named the locals."""
     pairs = []
-    for code in compile(source, "<generated>", "exec").co_consts:
-        if isinstance(code, types.CodeType):
-            names = set(code.co_varnames)
-            for name in sorted(names):
-                k = len(name)
-                while k > 1 and name[k - 1].isdigit():
-                    k -= 1
-                    if name[:k] in names:
-                        pairs.append((name[:k], name))
+    for code in function_codes(source):
+        names = set(code.co_varnames)
+        for name in sorted(names):
+            k = len(name)
+            while k > 1 and name[k - 1].isdigit():
+                k -= 1
+                if name[:k] in names:
+                    pairs.append((name[:k], name))
     return pairs
 
 
@@ -91,9 +96,7 @@ def shared_temporaries(source: str) -> dict[str, set[str]]:
     in the top-level functions of ``source`` (``{temporary: locals}``; empty where every
     load has its own). Runs Numba's own flow analysis, so it names what Numba names."""
     found: dict[str, set[str]] = {}
-    for code in compile(source, "<generated>", "exec").co_consts:
-        if not isinstance(code, types.CodeType):
-            continue
+    for code in function_codes(source):
         bc = ByteCode(FunctionIdentity.from_function(types.FunctionType(code, {})))
         flow = Flow(bc)
         flow.run()

@@ -20,18 +20,21 @@ _NONE_MARKED: frozenset[int] = frozenset()
 
 
 class FunctionCtx:
-    """The ``ctx`` object passed to ``forward`` and ``backward``."""
+    """The ``ctx`` object passed to ``forward`` and ``backward``.
 
-    def __init__(self) -> None:
-        self.to_save: tuple = ()
-        self._saved: list | None = None
-        self._node: Node | object | None = None
-        self.needs_input_grad: tuple[bool, ...] = ()
-        # shared empty sets until marked (``|=`` makes a new one): a PythonOp inside
-        # nbgrad.jit makes a ctx per call
-        self.non_differentiable: frozenset[int] = _NONE_MARKED
-        self.dirty_tensors: frozenset[int] = _NONE_MARKED
-        self.materialize_grads = True
+    Its own fields start as the class's defaults (immutable values; an instance sets one
+    only where it changes): a PythonOp inside nbgrad.jit makes a ctx per call."""
+
+    to_save: tuple = ()
+    _saved: list | None = None
+    _node: Node | object | None = None
+    needs_input_grad: tuple[bool, ...] = ()
+    # marking makes a new set (``|=``)
+    non_differentiable: frozenset[int] = _NONE_MARKED
+    dirty_tensors: frozenset[int] = _NONE_MARKED
+    materialize_grads = True
+    #: the names of the fields above (anything else on a ctx is the user's)
+    FIELDS = frozenset(name for name in locals() if not name.startswith("__"))
 
     def save_for_backward(self, *tensors: Tensor | None) -> None:
         for t in tensors:

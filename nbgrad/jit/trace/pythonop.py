@@ -77,7 +77,7 @@ from .tracer import stop_gradient
 
 __all__ = ["PythonOpBackward", "check_node", "replay_node", "trace_python_op"]
 
-_CTX_FIELDS = frozenset(vars(FunctionCtx()))
+_CTX_FIELDS = FunctionCtx.FIELDS
 
 
 # ------------------------------------------------------------------ calling user code
@@ -118,24 +118,35 @@ _NO_KWARGS: dict = {}
 def call_user_code(cls: type, what: str, fn: Callable, args: tuple,
                    kwargs: dict = _NO_KWARGS, grad: bool | None = False) -> Any:
     """``fn(*args, **kwargs)``, user code of the Function ``cls`` (or a check of what it
-    returned), with no tracer installed and grad mode ``grad`` (unless None); an exception
-    gets the Function's name (:func:`annotate`). :func:`user_call` with the arguments as
-    a tuple and a dict (no keyword of theirs can clash): a PythonOp runs this per call."""
+    returned), as :func:`user_code` calls it. :func:`user_call` with the arguments as a
+    tuple and a dict (no keyword of theirs can clash)."""
+    return user_code(cls, what, fn, grad)(*args, **kwargs)
+
+
+def user_code(cls: type, what: str, fn: Callable, grad: bool | None = False
+              ) -> Callable[..., Any]:
+    """``fn``, user code of the Function ``cls`` (or a check of what it returned), as it is
+    called: with no tracer installed and grad mode ``grad`` (unless None); an exception
+    gets the Function's name (:func:`annotate`; a TracerError is nbgrad's own). The
+    runners of a PythonOp, which runs once per call of its graph, make it once."""
     trace, state = STATE_TRACE, STATE
-    prev, prev_grad = trace.tracer, state.grad_enabled
-    trace.tracer = None
-    if grad is not None:
-        state.grad_enabled = grad
-    try:
-        return fn(*args, **kwargs)
-    except TracerError:
-        raise
-    except Exception as exc:
-        annotate(exc, cls, what)
-        raise
-    finally:
-        state.grad_enabled = prev_grad
-        trace.tracer = prev
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        prev, prev_grad = trace.tracer, state.grad_enabled
+        trace.tracer = None
+        if grad is not None:
+            state.grad_enabled = grad
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if not isinstance(exc, TracerError):
+                annotate(exc, cls, what)
+            raise
+        finally:
+            state.grad_enabled = prev_grad
+            trace.tracer = prev
+
+    return call
 
 
 def output_list(cls: type, raw: Any) -> list[Tensor]:

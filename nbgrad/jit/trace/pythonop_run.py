@@ -24,7 +24,14 @@ from ...grad_mode import no_grad
 from ...tensor import STATE_TRACE, Tensor, wrap_array
 from .handles import _TLS, HANDLES, SelfHandle, own
 from .ir import MARKERS, PYTHON_OP, PYTHON_OP_GRAD, Node
-from .pythonop import _check_outputs, _checker, call_user_code, output_list, replay_node
+from .pythonop import (
+    _check_outputs,
+    _checker,
+    call_user_code,
+    output_list,
+    replay_node,
+    user_code,
+)
 from .pythonop_attrs import _needs_input_grad, rebuild_args
 
 __all__ = ["RunPlan", "fallback_callable", "run_backward", "run_forward", "run_node",
@@ -138,34 +145,19 @@ def _tensor_of(arr, spec: tuple) -> Tensor:
 _refcount = sys.getrefcount
 
 
-def _probe(t: Tensor) -> tuple[int, int]:
-    d = t._data
-    return _refcount(t), _refcount(d)
+def _alone_in_runner() -> tuple[int, int]:
+    raw = wrap_array(np.empty(4))
+    d = raw._data
+    return _refcount(raw), _refcount(d)
 
 
-def _alone_counts() -> tuple[int, int]:
-    t = wrap_array(np.empty(4))
-    return _probe(t)
-
-
-#: the reference counts of a tensor that one local of its caller holds and of its array,
-#: which only the tensor holds, as :func:`_take` sees them (measured in the same shape,
-#: :func:`_probe`, not assumed: CPython versions count differently)
-_ALONE_T, _ALONE_D = _alone_counts()
-
-
-def _take(t: Tensor) -> np.ndarray:
-    """The data of ``t``, which user code returned and the caller holds in one local, as a
-    value of the graph: the array itself where nothing else can reach it or its memory
-    (no other holder of ``t`` or of the array, which owns its C-contiguous, aligned,
-    writeable memory: a view or a saved tensor counts as a holder), else a C-contiguous
-    copy (user code may keep, view or modify what it returned)."""
-    d = t._data
-    if _refcount(t) == _ALONE_T and _refcount(d) == _ALONE_D:
-        f = d.flags
-        if f.owndata and f.carray:
-            return d
-    return d.copy()
+#: The reference counts of a tensor that user code returned, which the runner holds in one
+#: local (and its array in another) and nothing else holds: measured in the runners'
+#: shape, not assumed (CPython versions count differently). A runner takes the array of
+#: such a result as the graph's value where it owns its C-contiguous, aligned, writeable
+#: memory; anything else (a saved tensor, a view, a returned input, a kept array) is
+#: copied, since user code may keep, view or modify what it returned.
+_ALONE_T, _ALONE_D = _alone_in_runner()
 
 
 def run_forward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
@@ -189,14 +181,6 @@ def _forward_args(plan: RunPlan, arrays: Sequence) -> list:
     for pos, x, spec in zip(plan.tensor_pos, arrays, plan.in_specs, strict=True):
         args[pos] = None if x is None else _tensor_of(x, spec)
     return args
-
-
-def _is_one(value: Any, one: tuple | None) -> bool:
-    """Whether ``value`` is a tensor of ``one``'s (shape, dtype): a one-output forward's
-    result, or a one-gradient backward's that needs no check. The caller, which holds it
-    in one local, then takes its array as the graph's value (:func:`_take`)."""
-    return one is not None and type(value) is Tensor and value._data.shape == one[0] and \
-        value._data.dtype == one[1]
 
 
 def output_arrays(plan: RunPlan, raw: Any) -> list[np.ndarray]:
@@ -240,7 +224,7 @@ def run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
     ctx of the handle ``arrays[0]`` (:func:`context_of`) on private copies of the
     gradients (zeros for absent ones unless the ctx says otherwise), no tracer and grad
     mode off; returns :func:`gradient_arrays` (a one-gradient backward's own array where
-    nothing else can reach it, :func:`_take`). (``plan.run``: see
+    nothing else can reach it, :data:`_ALONE_T`). (``plan.run``: see
     :func:`_backward_runner`.)"""
     return plan.run(arrays)
 
@@ -320,9 +304,12 @@ def context_of(plan: RunPlan, h: Any) -> FunctionCtx:
 def _forward_runner(plan: RunPlan) -> Callable[[Sequence], list[np.ndarray]]:
     """``plan.run`` of a PythonOp, with what it reads from ``plan`` bound (a PythonOp
     runs once per call of its graph): one tensor argument of the node's shape (the common
-    case) is copied inline, anything else by :func:`_forward_args`."""
+    case) is copied inline, anything else by :func:`_forward_args`; the user's code is
+    called through :func:`~nbgrad.jit.trace.pythonop.user_code`."""
     cls, kwargs, needs, one_out = plan.cls, plan.kwargs, plan.needs_input_grad, plan.one_out
+    forward = user_code(cls, "forward", cls.forward)
     shape, dtype = plan.one_in if plan.one_in is not None else (None, None)
+    out_shape, out_dtype = one_out if one_out is not None else (None, None)
     make_ctx, own = (SelfHandle if plan.own else FunctionCtx), plan.own
     ndarray = np.ndarray
 
@@ -334,9 +321,14 @@ def _forward_runner(plan: RunPlan) -> Callable[[Sequence], list[np.ndarray]]:
             args = _forward_args(plan, arrays)
         ctx = make_ctx()
         ctx.needs_input_grad = needs
-        raw = call_user_code(cls, "forward", cls.forward, (ctx, *args), kwargs)
-        # the common case of output_arrays(): _take() where ``raw`` is one local's
-        outs = [_take(raw)] if _is_one(raw, one_out) else output_arrays(plan, raw)
+        raw = forward(ctx, *args, **kwargs)
+        # the common case of output_arrays(): the array of a result alone (:data:`_ALONE_T`)
+        if type(raw) is Tensor and (d := raw._data).shape == out_shape and \
+                d.dtype == out_dtype and _refcount(raw) == _ALONE_T and \
+                _refcount(d) == _ALONE_D and (f := d.flags).owndata and f.carray:
+            outs = [d]
+        else:
+            outs = output_arrays(plan, raw)
         # the handle leaves the run only as itself (own): the context is the handle
         return [ctx, *outs] if own else with_handle(plan, ctx, outs)
 
@@ -346,21 +338,28 @@ def _forward_runner(plan: RunPlan) -> Callable[[Sequence], list[np.ndarray]]:
 def _backward_runner(plan: RunPlan) -> Callable[[Sequence], list[np.ndarray]]:
     """``plan.run`` of a PythonOpGrad, with what it reads from ``plan`` bound: one
     gradient argument of the node's shape (the common case) is copied inline, anything
-    else by :func:`_backward_args`."""
+    else by :func:`_backward_args`; the user's code is called through
+    :func:`~nbgrad.jit.trace.pythonop.user_code`."""
     cls, n, one_grad = plan.cls, len(plan.in_specs), plan.one_grad
+    backward = user_code(cls, "backward", cls.backward)
     shape, dtype = plan.one_in if plan.one_in is not None else (None, None)
+    g_shape, g_dtype = one_grad if one_grad is not None else (None, None)
     ndarray = np.ndarray
 
     def run(arrays: Sequence) -> list[np.ndarray]:
         if shape is not None and len(arrays) == n and type(x := arrays[1]) is ndarray \
                 and x.shape == shape:
-            ctx = context_of(plan, arrays[0])
+            h = arrays[0]
+            ctx = h if type(h) is SelfHandle else context_of(plan, h)
             grads = (wrap_array(x.astype(dtype)),)  # a private copy (:func:`_tensor_of`)
         else:
             ctx, grads = _backward_args(plan, arrays)
-        result = call_user_code(cls, "backward", cls.backward, (ctx, *grads))
-        if _is_one(result, one_grad):
-            return [_take(result)]  # the common case of check_gradients
+        result = backward(ctx, *grads)
+        # the common case of check_gradients: the array of a result alone
+        if type(result) is Tensor and (d := result._data).shape == g_shape and \
+                d.dtype == g_dtype and _refcount(result) == _ALONE_T and \
+                _refcount(d) == _ALONE_D and (f := d.flags).owndata and f.carray:
+            return [d]
         checked = call_user_code(cls, "backward", plan.checker.check_gradients, (result,))
         return gradient_arrays(plan, checked)
 

@@ -32,8 +32,7 @@ import os
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
              "NUMBA_NUM_THREADS"):
     os.environ[_var] = "1"
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
-                      "intra_op_parallelism_threads=1")
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
 
 import argparse  # noqa: E402
 import functools  # noqa: E402
@@ -74,27 +73,27 @@ def nbgrad_rows(d2: np.ndarray, y: np.ndarray) -> dict[str, Callable]:
     return rows
 
 
-#: calls with unchanged tiers after which :func:`settle` takes a row as settled
-STABLE_CALLS = 8
-
-
 def settle(fn: Callable, seconds: float = 300.0) -> str:
-    """Call an ``nbgrad.jit`` row for a second, then until no graph of it is being
-    promoted to tier 2 (a background compile would share the CPU with the timed calls)
-    and its tiers have stayed the same for :data:`STABLE_CALLS` calls (tier 2 is
-    measured against tier 1 on its first calls, and may be given up); its tiers."""
-    from nbgrad.jit.program import PROMOTING
+    """Call an ``nbgrad.jit`` row for a second, then until no live graph may still move to
+    another tier (:func:`nbgrad.jit.program.unsettled`: a ``mode="auto"`` graph not yet
+    promoted, or tier 2 not yet measured), as perf's workers wait; a promotion's compile
+    is waited for without calls (they would share the CPU with it). At most ``seconds``;
+    returns the row's tiers. (Tiers that stay the same for a few calls are not enough: a
+    45 ms graph whose compile is estimated at seconds stays in tier 1 for seconds of
+    calls before its promotion starts.)"""
+    from nbgrad.jit import program
     start = time.perf_counter()
-    last, same = None, 0
     while True:
         fn()
-        tiers = {e.tier for e in fn.jitted._cache.values()}
-        same = same + 1 if tiers == last else 0
-        last = tiers
         elapsed = time.perf_counter() - start
-        if (elapsed > 1.0 and PROMOTING not in tiers and same >= STABLE_CALLS) \
-                or elapsed > seconds:
-            return ", ".join(sorted(tiers)) + f" after {elapsed:.1f} s"
+        if elapsed > seconds:
+            break
+        if not program.wait_for_promotions(0):
+            program.wait_for_promotions(max(seconds - elapsed, 0.0))
+        elif elapsed > 1.0 and not program.unsettled():
+            break
+    tiers = {e.tier for e in fn.jitted._cache.values()}
+    return ", ".join(sorted(tiers)) + f" after {elapsed:.1f} s"
 
 
 def torch_rows(d2: np.ndarray, y: np.ndarray) -> dict[str, Callable]:

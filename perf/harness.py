@@ -46,7 +46,7 @@ THREAD_ENV = {
     "OPENBLAS_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
     "NUMBA_NUM_THREADS": "1",
-    "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+    "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",
     "JAX_PLATFORMS": "cpu",
     "TF_CPP_MIN_LOG_LEVEL": "2",
 }
@@ -235,7 +235,9 @@ def worker_env(settings: Settings, scratch: Path, tag: str, threads: int = 1) ->
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "NUMBA_NUM_THREADS"):
             env[var] = str(threads)
-        env["XLA_FLAGS"] = f"intra_op_parallelism_threads={threads}"
+        # XLA's CPU threads on, as many as the CPUs the worker is pinned to (XLA_FLAGS
+        # takes only ``--`` flags: a value without one is read as a file name, fatally)
+        env["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=true"
     env["PERF_THREADS"] = str(threads)
     env["PERF_CPUS"] = ",".join(str(c) for c in worker_cpus(threads))
     env["PYTHONPATH"] = os.pathsep.join(

@@ -158,6 +158,34 @@ def _calls(f, x, n):
         np.testing.assert_allclose(g.numpy(), want_g.numpy(), rtol=1e-12)
 
 
+def test_a_close_slower_measurement_is_confirmed_before_tier1_for_good(fake_times,
+                                                                      monkeypatch):
+    """Tier 2 measured a little slower (not CLEAR_RATIO) after MEASURE_RUNS runs runs on
+    until CONFIRM_RUNS before the program goes back to tier 1 for good: noise in three
+    runs must not decide."""
+    times, runs = fake_times
+    times["compile"] = 0.0012  # 1.2x tier 1's time
+    monkeypatch.setattr(program, "PROMOTE_SECONDS", 0.0)
+    monkeypatch.setattr(program, "PROMOTE_AFTER", program.TRIAL_RUNS)
+    x = nb.tensor(np.linspace(-1.0, 2.5, 64))
+    f = nb.jit(nb.value_and_grad(_f))
+    # the trace, then timed calls in tier 1 (enough that no trial of tier 1 is needed)
+    _calls(f, x, 1 + program.TRIAL_RUNS)
+    assert program.wait_for_promotions(timeout=240)
+    (entry,) = f._cache.values()
+    prog = entry.program
+    assert prog.samples["interpret"].has("main", program.TRIAL_RUNS)
+    _calls(f, x, 1 + program.MEASURE_RUNS)  # the first run of tier 2 is no sample
+    assert prog.measured is None and entry.tier == "compile"
+    n2 = runs["compile"]
+    _calls(f, x, program.CONFIRM_RUNS - program.MEASURE_RUNS)
+    assert runs["compile"] == n2 + program.CONFIRM_RUNS - program.MEASURE_RUNS
+    assert prog.measured is not None and not prog.measured["kept"]
+    n2 = runs["compile"]
+    _calls(f, x, 2)
+    assert entry.tier == program.TIER1_SLOWER and runs["compile"] == n2
+
+
 @pytest.mark.parametrize("slower", [True, False])
 def test_auto_keeps_tier2_only_where_it_measured_faster(fake_times, monkeypatch, slower):
     times, runs = fake_times

@@ -84,6 +84,11 @@ MEASURE_RUNS = 3
 #: timed runs of tier 1 that decide (``mode="compile"`` has none from before, a heavy
 #: graph one or two: a trial of tier 1 times the rest, :meth:`Program.measure`)
 TRIAL_RUNS = 2
+#: timed runs of tier 2 before a verdict that it is slower where it is not
+#: :data:`CLEAR_RATIO` slower: a few runs that noise slowed must not send a graph back to
+#: tier 1 for good (a neural ODE whose tier 2 runs 0.75x tier 1's time measured slower
+#: once in a run of :data:`MEASURE_RUNS`)
+CONFIRM_RUNS = 8
 #: a ratio that decides early: tier 2 this much faster than tier 1 stays at once, and
 #: fewer tier-1 runs than :data:`TRIAL_RUNS` decide where the two are this far apart
 CLEAR_RATIO = 2.0
@@ -424,8 +429,9 @@ class Program:
         (:attr:`samples`). Tier-1 runs come from before the promotion and from the
         promotion check; where there are fewer than :data:`TRIAL_RUNS` (``mode="compile"``:
         none) and the two are not :data:`CLEAR_RATIO` apart, the roles run a trial of
-        tier 1 (both tiers give the same results) until there are. Slower or as fast:
-        the program goes back to tier 1 for good (:data:`TIER1_SLOWER`).
+        tier 1 (both tiers give the same results) until there are. Slower or as fast
+        (after :data:`CONFIRM_RUNS` runs of tier 2 where not clearly slower): the program
+        goes back to tier 1 for good (:data:`TIER1_SLOWER`).
         """
         t1, t2 = self.samples["interpret"], self.samples["compile"]
         with self._lock:
@@ -448,8 +454,9 @@ class Program:
             elif all(t2.has(r, MEASURE_RUNS) for r in roles):
                 if known and (all(t1.has(r, TRIAL_RUNS) for r in known) or
                               self._clear(known, False)):
-                    self._decide(known, t1.total(known), t2.total(known))
-                    return
+                    if not self._unconfirmed(known):
+                        self._decide(known, t1.total(known), t2.total(known))
+                    return  # (unconfirmed: tier 2 runs on)
                 # too few tier-1 runs to tell (mode="compile": none; a heavy graph: its
                 # runs overlapped the compile but one): time a few (the same results)
                 self._trial = {}
@@ -463,6 +470,15 @@ class Program:
         t1 = self.samples["interpret"].total(roles)
         t2 = self.samples["compile"].total(roles)
         return CLEAR_RATIO * t2 <= t1 if faster else CLEAR_RATIO * t1 <= t2
+
+    def _unconfirmed(self, roles: list[str]) -> bool:
+        """Whether tier 2 measured slower on ``roles`` (or as fast), but neither
+        :data:`CLEAR_RATIO` slower nor over :data:`CONFIRM_RUNS` runs: too few to send the
+        program back to tier 1 for good."""
+        t2 = self.samples["compile"]
+        return (t2.total(roles) >= self.samples["interpret"].total(roles)
+                and not self._clear(roles, False)
+                and not all(t2.has(r, CONFIRM_RUNS) for r in roles))
 
     def _decide(self, roles: list[str], tier1_s: float, tier2_s: float) -> None:
         """The measurement's verdict (called holding the lock)."""

@@ -220,7 +220,7 @@ def worker_cpus(threads: int) -> list[int]:
     """The CPUs a worker of ``threads`` threads is pinned to (the last ones this process
     may use; every worker the same ones: they take turns), or [] where affinity is not
     available. Thread settings alone do not hold every framework to its count: JAX's
-    XLA used about 1.9 cores on W2 with its intra-op threads set to 1."""
+    XLA used about 1.9 cores on W2 with its Eigen threads off."""
     if not hasattr(os, "sched_getaffinity"):
         return []
     cpus = sorted(os.sched_getaffinity(0))

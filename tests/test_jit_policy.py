@@ -160,7 +160,7 @@ def _calls(f, x, n):
 
 def test_a_close_slower_measurement_is_confirmed_before_tier1_for_good(fake_times,
                                                                       monkeypatch):
-    """Tier 2 measured a little slower (not CLEAR_RATIO) after MEASURE_RUNS runs runs on
+    """Tier 2 measured a little slower (not CLEAR_RATIO) after MEASURE_RUNS runs goes on
     until CONFIRM_RUNS before the program goes back to tier 1 for good: noise in three
     runs must not decide."""
     times, runs = fake_times

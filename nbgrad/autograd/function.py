@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -33,8 +33,11 @@ class FunctionCtx:
     non_differentiable: frozenset[int] = _NONE_MARKED
     dirty_tensors: frozenset[int] = _NONE_MARKED
     materialize_grads = True
-    #: the names of the fields above (anything else on a ctx is the user's)
-    FIELDS = frozenset(name for name in locals() if not name.startswith("__"))
+    #: the names of the fields above (anything else on a ctx is the user's): every name
+    #: defined so far in this class body, so a field goes above this line, anything else
+    #: below it
+    FIELDS: ClassVar[frozenset[str]] = frozenset(
+        name for name in locals() if not name.startswith("__"))
 
     def save_for_backward(self, *tensors: Tensor | None) -> None:
         for t in tensors:

@@ -85,7 +85,8 @@ MEASURE_RUNS = 3
 #: graph one or two: a trial of tier 1 times the rest, :meth:`Program.measure`)
 TRIAL_RUNS = 2
 #: timed runs of tier 2 before a verdict that it is slower where it is not
-#: :data:`CLEAR_RATIO` slower: a few runs that noise slowed must not send a graph back to
+#: :data:`CLEAR_RATIO` slower and tier-1 runs from before the promotion decide (not a
+#: trial, :meth:`Program.measure`): a few runs that noise slowed must not send a graph back to
 #: tier 1 for good (a neural ODE whose tier 2 runs 0.75x tier 1's time measured slower
 #: once in a run of :data:`MEASURE_RUNS`)
 CONFIRM_RUNS = 8
@@ -429,9 +430,10 @@ class Program:
         (:attr:`samples`). Tier-1 runs come from before the promotion and from the
         promotion check; where there are fewer than :data:`TRIAL_RUNS` (``mode="compile"``:
         none) and the two are not :data:`CLEAR_RATIO` apart, the roles run a trial of
-        tier 1 (both tiers give the same results) until there are. Slower or as fast
-        (after :data:`CONFIRM_RUNS` runs of tier 2 where not clearly slower): the program
-        goes back to tier 1 for good (:data:`TIER1_SLOWER`).
+        tier 1 (both tiers give the same results) until there are. Slower or as fast: the
+        program goes back to tier 1 for good (:data:`TIER1_SLOWER`); where the tier-1 runs
+        from before the promotion decide and tier 2 is not clearly slower, only after
+        :data:`CONFIRM_RUNS` runs of tier 2 (a trial decides after its tier-1 runs).
         """
         t1, t2 = self.samples["interpret"], self.samples["compile"]
         with self._lock:
@@ -473,7 +475,7 @@ class Program:
 
     def _unconfirmed(self, roles: list[str]) -> bool:
         """Whether tier 2 measured slower on ``roles`` (or as fast), but neither
-        :data:`CLEAR_RATIO` slower nor over :data:`CONFIRM_RUNS` runs: too few to send the
+        :data:`CLEAR_RATIO` slower nor yet :data:`CONFIRM_RUNS` runs: too few to send the
         program back to tier 1 for good."""
         t2 = self.samples["compile"]
         return (t2.total(roles) >= self.samples["interpret"].total(roles)

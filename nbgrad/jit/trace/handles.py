@@ -144,8 +144,8 @@ HANDLES = HandleTable()
 class SelfHandle(FunctionCtx):
     """The context of a PythonOp that is its own handle (no table entry): what a segmented
     run returns in the handle's place where the handle leaves the run only as itself
-    (:mod:`nbgrad.jit.segments`). Counted for :func:`live_contexts`; nothing counts them as
-    they come and go (a PythonOp makes one per call)."""
+    (:mod:`nbgrad.jit.segments`). :func:`live_contexts` finds them by a scan; nothing counts
+    them on the hot path (a PythonOp makes one per call)."""
 
 
 def live_contexts() -> int:

@@ -27,7 +27,6 @@ from .ir import MARKERS, PYTHON_OP, PYTHON_OP_GRAD, Node
 from .pythonop import (
     _check_outputs,
     _checker,
-    call_user_code,
     output_list,
     replay_node,
     user_code,
@@ -158,6 +157,11 @@ def _alone_in_runner() -> tuple[int, int]:
 #: memory; anything else (a saved tensor, a view, a returned input, a kept array) is
 #: copied, since user code may keep, view or modify what it returned.
 _ALONE_T, _ALONE_D = _alone_in_runner()
+if (_ALONE_T, _ALONE_D) != (2, 3) and sys.version_info < (3, 14):
+    # more than one local and the call's argument (a tracer or debugger that reads the
+    # frame's locals holds more): counts that would take arrays something else holds, so
+    # nothing is taken (every result is copied)
+    _ALONE_T = _ALONE_D = -1
 
 
 def run_forward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
@@ -322,7 +326,8 @@ def _forward_runner(plan: RunPlan) -> Callable[[Sequence], list[np.ndarray]]:
         ctx = make_ctx()
         ctx.needs_input_grad = needs
         raw = forward(ctx, *args, **kwargs)
-        # the common case of output_arrays(): the array of a result alone (:data:`_ALONE_T`)
+        # the common case of output_arrays(): the array of a result alone (:data:`_ALONE_T`;
+        # the same test as the backward runner's, in the shape _alone_in_runner measures)
         if type(raw) is Tensor and (d := raw._data).shape == out_shape and \
                 d.dtype == out_dtype and _refcount(raw) == _ALONE_T and \
                 _refcount(d) == _ALONE_D and (f := d.flags).owndata and f.carray:
@@ -342,6 +347,7 @@ def _backward_runner(plan: RunPlan) -> Callable[[Sequence], list[np.ndarray]]:
     :func:`~nbgrad.jit.trace.pythonop.user_code`."""
     cls, n, one_grad = plan.cls, len(plan.in_specs), plan.one_grad
     backward = user_code(cls, "backward", cls.backward)
+    check = user_code(cls, "backward", plan.checker.check_gradients)
     shape, dtype = plan.one_in if plan.one_in is not None else (None, None)
     g_shape, g_dtype = one_grad if one_grad is not None else (None, None)
     ndarray = np.ndarray
@@ -360,7 +366,7 @@ def _backward_runner(plan: RunPlan) -> Callable[[Sequence], list[np.ndarray]]:
                 d.dtype == g_dtype and _refcount(result) == _ALONE_T and \
                 _refcount(d) == _ALONE_D and (f := d.flags).owndata and f.carray:
             return [d]
-        checked = call_user_code(cls, "backward", plan.checker.check_gradients, (result,))
+        checked = check(result)
         return gradient_arrays(plan, checked)
 
     return run

@@ -1,7 +1,7 @@
 """Who owns what a PythonOp makes: its context, which is its own handle where the handle
 leaves the run only as itself (``handles.SelfHandle``), and the arrays its user code
 returns, which are the graph's values without a copy where nothing else can reach them
-(``pythonop_run._ALONE_T``), copies where something can (a saved output, a returned input,
+(``pythonop_run._alone_array``), copies where something can (a saved output, a returned input,
 a view, a kept array)."""
 
 from __future__ import annotations

@@ -144,24 +144,42 @@ def _tensor_of(arr, spec: tuple) -> Tensor:
 _refcount = sys.getrefcount
 
 
+def _counts(t: Tensor) -> tuple[int, int]:
+    d = t._data
+    return _refcount(t), _refcount(d)
+
+
 def _alone_in_runner() -> tuple[int, int]:
     raw = wrap_array(np.empty(4))
-    d = raw._data
-    return _refcount(raw), _refcount(d)
+    return _counts(raw)
 
 
 #: The reference counts of a tensor that user code returned, which the runner holds in one
-#: local (and its array in another) and nothing else holds: measured in the runners'
-#: shape, not assumed (CPython versions count differently). A runner takes the array of
-#: such a result as the graph's value where it owns its C-contiguous, aligned, writeable
-#: memory; anything else (a saved tensor, a view, a returned input, a kept array) is
-#: copied, since user code may keep, view or modify what it returned.
+#: local, and of its array, which only the tensor holds, as :func:`_alone_array` sees them:
+#: measured in that shape, not assumed (CPython versions count differently).
 _ALONE_T, _ALONE_D = _alone_in_runner()
-if (_ALONE_T, _ALONE_D) != (2, 3) and sys.version_info < (3, 14):
-    # more than one local and the call's argument (a tracer or debugger that reads the
-    # frame's locals holds more): counts that would take arrays something else holds, so
-    # nothing is taken (every result is copied)
+if (_ALONE_T, _ALONE_D) != (3, 3) and sys.version_info < (3, 14):
+    # more than the runner's local, the parameter and the call's argument (a tracer or
+    # debugger that reads the frames' locals holds more): counts that would take arrays
+    # something else holds, so nothing is taken (every result is copied)
     _ALONE_T = _ALONE_D = -1
+
+
+def _alone_array(t: Any, shape: tuple, dtype: np.dtype) -> np.ndarray | None:
+    """The array of ``t``, a result of user code that the runner holds in one local, where
+    it may be the graph's value as it is: a tensor of ``shape`` and ``dtype`` that nothing
+    else holds (no saved tensor, view, returned input or kept array), whose array owns its
+    C-contiguous, aligned, writeable memory; else None (copy: user code may keep, view or
+    modify what it returned)."""
+    if type(t) is not Tensor:
+        return None
+    d = t._data
+    if d.shape == shape and d.dtype == dtype and _refcount(t) == _ALONE_T and \
+            _refcount(d) == _ALONE_D:
+        f = d.flags
+        if f.owndata and f.carray:
+            return d
+    return None
 
 
 def run_forward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
@@ -228,7 +246,7 @@ def run_backward(plan: RunPlan, arrays: Sequence) -> list[np.ndarray]:
     ctx of the handle ``arrays[0]`` (:func:`context_of`) on private copies of the
     gradients (zeros for absent ones unless the ctx says otherwise), no tracer and grad
     mode off; returns :func:`gradient_arrays` (a one-gradient backward's own array where
-    nothing else can reach it, :data:`_ALONE_T`). (``plan.run``: see
+    nothing else can reach it, :func:`_alone_array`). (``plan.run``: see
     :func:`_backward_runner`.)"""
     return plan.run(arrays)
 
@@ -326,14 +344,9 @@ def _forward_runner(plan: RunPlan) -> Callable[[Sequence], list[np.ndarray]]:
         ctx = make_ctx()
         ctx.needs_input_grad = needs
         raw = forward(ctx, *args, **kwargs)
-        # the common case of output_arrays(): the array of a result alone (:data:`_ALONE_T`;
-        # the same test as the backward runner's, in the shape _alone_in_runner measures)
-        if type(raw) is Tensor and (d := raw._data).shape == out_shape and \
-                d.dtype == out_dtype and _refcount(raw) == _ALONE_T and \
-                _refcount(d) == _ALONE_D and (f := d.flags).owndata and f.carray:
-            outs = [d]
-        else:
-            outs = output_arrays(plan, raw)
+        # the common case of output_arrays(): the array of a result alone
+        d = _alone_array(raw, out_shape, out_dtype)
+        outs = [d] if d is not None else output_arrays(plan, raw)
         # the handle leaves the run only as itself (own): the context is the handle
         return [ctx, *outs] if own else with_handle(plan, ctx, outs)
 
@@ -355,16 +368,14 @@ def _backward_runner(plan: RunPlan) -> Callable[[Sequence], list[np.ndarray]]:
     def run(arrays: Sequence) -> list[np.ndarray]:
         if shape is not None and len(arrays) == n and type(x := arrays[1]) is ndarray \
                 and x.shape == shape:
-            h = arrays[0]
-            ctx = h if type(h) is SelfHandle else context_of(plan, h)
+            ctx = context_of(plan, arrays[0])
             grads = (wrap_array(x.astype(dtype)),)  # a private copy (:func:`_tensor_of`)
         else:
             ctx, grads = _backward_args(plan, arrays)
         result = backward(ctx, *grads)
         # the common case of check_gradients: the array of a result alone
-        if type(result) is Tensor and (d := result._data).shape == g_shape and \
-                d.dtype == g_dtype and _refcount(result) == _ALONE_T and \
-                _refcount(d) == _ALONE_D and (f := d.flags).owndata and f.carray:
+        d = _alone_array(result, g_shape, g_dtype)
+        if d is not None:
             return [d]
         checked = check(result)
         return gradient_arrays(plan, checked)

@@ -19,16 +19,20 @@ _BACKWARD: Callable | None = None  # nbgrad.autograd's backward (see install_aut
 _RETAIN_GRAD: Callable | None = None  # keeps a non-leaf's .grad (nbgrad.autograd.node)
 
 
-def _no_lean(op: Any, self: Any, other: Any = None, binary: bool = False) -> None:
-    return None
+class _NotLean:
+    """The operators' op before :mod:`nbgrad.ops.elementwise` installs it: no lean path."""
+
+    @staticmethod
+    def lean_apply(*args) -> None:
+        return None
+
+    lean_reflected = lean_apply
 
 
-#: ``nbgrad.ops.dispatch.apply_lean`` and the ops ``+ - * / ** -`` try it with first
-#: (see install_lean); it answers None outside its common case
-_LEAN: Callable = _no_lean
-#: ``nbgrad.ops.dispatch.apply_lean_reflected``: ``scalar + - * / tensor`` try it first
-_LEAN_R: Callable = _no_lean
-_LEAN_OPS: dict[str, Any] = dict.fromkeys(("add", "sub", "mul", "div", "pow", "neg"))
+#: the ops of ``+ - * / ** -``, whose lean paths (``OpDef.lean_apply``, and
+#: ``lean_reflected`` for ``scalar op tensor``) the operators try first; each answers
+#: None outside its common case (see install_lean)
+_LEAN_OPS: dict[str, Any] = dict.fromkeys(("add", "sub", "mul", "div", "pow", "neg"), _NotLean)
 
 
 def install_ops(ops: Any) -> None:
@@ -37,14 +41,11 @@ def install_ops(ops: Any) -> None:
     _OPS = ops
 
 
-def install_lean(apply_lean: Callable, apply_lean_reflected: Callable,
-                 ops: dict[str, Any]) -> None:
-    """Called by :mod:`nbgrad.ops.elementwise` at import: the lean path of the operators
-    and of the reflected ones with a Python scalar (the ops' public functions, which try
-    it first too, take every other case)."""
-    global _LEAN, _LEAN_R
+def install_lean(ops: dict[str, Any]) -> None:
+    """Called by :mod:`nbgrad.ops.elementwise` at import: the ops of the operators, whose
+    lean paths they try first (the ops' public functions, which try them too, take every
+    other case)."""
     _LEAN_OPS.update(ops)
-    _LEAN, _LEAN_R = apply_lean, apply_lean_reflected
 
 
 def install_autograd(backward: Callable, retain_grad: Callable) -> None:
@@ -403,49 +404,49 @@ class Tensor:
 
     # ------------------------------------------------------------------ operators
     def __add__(self, other):
-        out = _LEAN(_LEAN_OPS["add"], self, other, True)
+        out = _LEAN_OPS["add"].lean_apply(self, other)
         if out is None and getattr(other, "is_complex_tensor", False):
             return NotImplemented  # ComplexTensor's reflected operator
         return _OPS.add(self, other) if out is None else out
 
     def __radd__(self, other):
-        out = _LEAN_R(_LEAN_OPS["add"], self, other)
+        out = _LEAN_OPS["add"].lean_reflected(self, other)
         return _OPS.add(other, self) if out is None else out
 
     def __sub__(self, other):
-        out = _LEAN(_LEAN_OPS["sub"], self, other, True)
+        out = _LEAN_OPS["sub"].lean_apply(self, other)
         if out is None and getattr(other, "is_complex_tensor", False):
             return NotImplemented  # ComplexTensor's reflected operator
         return _OPS.sub(self, other) if out is None else out
 
     def __rsub__(self, other):
-        out = _LEAN_R(_LEAN_OPS["sub"], self, other)
+        out = _LEAN_OPS["sub"].lean_reflected(self, other)
         return _OPS.sub(other, self) if out is None else out
 
     def __mul__(self, other):
-        out = _LEAN(_LEAN_OPS["mul"], self, other, True)
+        out = _LEAN_OPS["mul"].lean_apply(self, other)
         if out is None and getattr(other, "is_complex_tensor", False):
             return NotImplemented  # ComplexTensor's reflected operator
         return _OPS.mul(self, other) if out is None else out
 
     def __rmul__(self, other):
-        out = _LEAN_R(_LEAN_OPS["mul"], self, other)
+        out = _LEAN_OPS["mul"].lean_reflected(self, other)
         return _OPS.mul(other, self) if out is None else out
 
     def __truediv__(self, other):
-        out = _LEAN(_LEAN_OPS["div"], self, other, True)
+        out = _LEAN_OPS["div"].lean_apply(self, other)
         if out is None and getattr(other, "is_complex_tensor", False):
             return NotImplemented  # ComplexTensor's reflected operator
         return _OPS.div(self, other) if out is None else out
 
     def __rtruediv__(self, other):
-        out = _LEAN_R(_LEAN_OPS["div"], self, other)
+        out = _LEAN_OPS["div"].lean_reflected(self, other)
         return _OPS.div(other, self) if out is None else out
 
     __rdiv__ = __rtruediv__  # the Python 2 name, still called by PyTorch-style code
 
     def __pow__(self, other):
-        out = _LEAN(_LEAN_OPS["pow"], self, other, True)
+        out = _LEAN_OPS["pow"].lean_apply(self, other)
         return _OPS.pow(self, other) if out is None else out
 
     def __rpow__(self, other):
@@ -470,7 +471,7 @@ class Tensor:
         return _OPS.remainder(other, self)
 
     def __neg__(self):
-        out = _LEAN(_LEAN_OPS["neg"], self)
+        out = _LEAN_OPS["neg"].lean_apply(self)
         return _OPS.neg(self) if out is None else out
 
     def __pos__(self):
@@ -580,6 +581,30 @@ class _TraceState(threading.local):
 
 
 STATE_TRACE = _TraceState()
+
+
+class _Tracers:
+    """How many tracers are installed, over all threads (:func:`tracer_installed` and
+    :func:`tracer_removed`): while none is, no thread's ``STATE_TRACE.tracer`` is set,
+    and the lean dispatch path skips reading that thread-local (a tenth of a small op)."""
+
+    active = 0
+    lock = threading.Lock()
+
+
+TRACERS = _Tracers
+
+
+def tracer_installed() -> None:
+    """Count a tracer in (``Tracer.__enter__``, before it sets ``STATE_TRACE.tracer``)."""
+    with _Tracers.lock:
+        _Tracers.active += 1
+
+
+def tracer_removed() -> None:
+    """Count a tracer out (``Tracer.__exit__``, after it has restored the previous one)."""
+    with _Tracers.lock:
+        _Tracers.active -= 1
 
 
 def wrap_array(data: np.ndarray) -> Tensor:

@@ -183,14 +183,17 @@ def test_first_w1_call_asks_for_no_binary_kernel(monkeypatch):
 
 
 def test_lean_path_runs_the_exact_ufunc_bit_for_bit(monkeypatch):
-    # small float tensors on the lean path (dispatch.apply_lean) run the op's exact ufunc
+    # small float tensors on the lean path (dispatch.lean_path) run the op's exact ufunc
     # (ScalarOp.ufunc), not its compiled kernel: the kernel's values, dtypes and shapes
     from nbgrad.ops import elementwise as el
     from nbgrad.ops.registry import get
 
     kern = {n: ew.kernel_function("binary", n) for n in UFUNC_OPS}
-    for name in UFUNC_OPS:  # fresh lean kernels, which have looked up no compiled kernel
-        monkeypatch.setattr(get(name), "lean", el._lean_binary(name, ew.BINARY[name].kind))
+    for name in UFUNC_OPS:  # fresh lean kernels and paths, which have looked up no
+        op = get(name)      # compiled kernel
+        for attr in ("lean", "lean_apply", "lean_reflected"):
+            monkeypatch.setattr(op, attr, getattr(op, attr))
+        el._set_lean(op, name, ew.BINARY[name].kind)
     asked = kernels_asked(monkeypatch)
     rng = np.random.default_rng(61)
     pool = np.asarray(SPECIALS + list(rng.standard_normal(6) * 3))

@@ -1,4 +1,4 @@
-"""The lean dispatch path (``dispatch.apply_lean``) and the compiled backwards
+"""The lean dispatch path (``dispatch.lean_path``) and the compiled backwards
 (``record.compile_backward``) give exactly what the general path gives: values, dtypes,
 graphs, gradients and errors, and the lean path is taken only in its common case."""
 
@@ -16,7 +16,7 @@ import nbgrad as nb
 from nbgrad.autograd import engine, record
 from nbgrad.kernels import elementwise as ew
 from nbgrad.ops import dispatch
-from nbgrad.ops.registry import REGISTRY
+from nbgrad.ops.registry import REGISTRY, not_lean
 
 
 class _NoNode:
@@ -29,6 +29,8 @@ def _general(monkeypatch) -> None:
     common case off: every op and node takes the general path."""
     for op in list(REGISTRY.values()):
         monkeypatch.setattr(op, "lean", None)
+        monkeypatch.setattr(op, "lean_apply", not_lean)
+        monkeypatch.setattr(op, "lean_reflected", not_lean)
         monkeypatch.setattr(op, "run_record", None)
         if op.entry is not None:
             monkeypatch.setattr(op, "run_backward", record.run_formulas)
@@ -46,14 +48,19 @@ def general_path():
 
 
 def _spy(monkeypatch) -> list:
-    """Count the calls of every lean kernel."""
+    """Count the ops applied on their lean paths (``OpDef.lean_apply`` and
+    ``lean_reflected`` answering a tensor)."""
     calls: list = []
     for op in list(REGISTRY.values()):
-        if op.lean is not None:
-            def counted(*arrays, _lean=op.lean, _name=op.name):
-                calls.append(_name)
-                return _lean(*arrays)
-            monkeypatch.setattr(op, "lean", counted)
+        for path in ("lean_apply", "lean_reflected"):
+            real = getattr(op, path)
+            if real is not not_lean:
+                def counted(*args, _path=real, _name=op.name):
+                    out = _path(*args)
+                    if out is not None:
+                        calls.append(_name)
+                    return out
+                monkeypatch.setattr(op, path, counted)
     return calls
 
 
@@ -540,3 +547,89 @@ def test_exact_ints_share_their_float_twins_constant(monkeypatch):
         assert dispatch._lean_constant(2 ** 53, dt) is dispatch._lean_constant(2.0 ** 53, dt)
         zero = dispatch._lean_constant(0, dt)[0].numpy()
         assert zero == 0 and not np.signbit(zero)
+
+
+def test_tracers_are_counted_in_and_out_and_the_lean_path_steps_aside_while_tracing():
+    """The lean path reads the thread-local tracer only while some tracer is installed
+    (``tensor.TRACERS``): the count is 0 at rest, 1 inside a traced function, 0 again
+    after a trace that raised, and an op traced in one thread while another thread
+    computes on the lean path lands in the trace, with the other thread's values and
+    gradients those of the general path."""
+    import threading
+
+    from nbgrad.tensor import TRACERS
+
+    assert TRACERS.active == 0
+    seen = []
+
+    def f(x):
+        seen.append(TRACERS.active)
+        return (x * 2.0 + 1.0).sum()
+
+    out = nb.jit(f, mode="interpret")(nb.tensor(np.arange(3.0)))
+    assert seen == [1] and TRACERS.active == 0 and float(out) == 9.0
+
+    def bad(x):
+        raise ValueError("no")
+
+    with pytest.raises(ValueError):
+        nb.jit(bad, mode="interpret")(nb.tensor(np.arange(3.0)))
+    assert TRACERS.active == 0
+
+    # thread A traces (and waits inside its trace); thread B computes meanwhile
+    inside, done = threading.Event(), threading.Event()
+
+    def traced(x):
+        inside.set()
+        done.wait(10)
+        return (x * 3.0).sum()
+
+    results = {}
+
+    def thread_a():
+        results["a"] = float(nb.jit(traced, mode="interpret")(nb.tensor(np.ones(4))))
+
+    t = threading.Thread(target=thread_a)
+    t.start()
+    assert inside.wait(10) and TRACERS.active == 1
+    x = nb.tensor(_data(np.float64, 3), requires_grad=True)
+    y = (x * 1.5 + 0.25).sum()
+    (gx,) = nb.autograd.grad(y, x)
+    done.set()
+    t.join(10)
+    assert results["a"] == 12.0 and TRACERS.active == 0
+    np.testing.assert_array_equal(gx.numpy(), np.full((3, 4), 1.5))
+    np.testing.assert_array_equal(y.numpy(), (x.numpy() * 1.5 + 0.25).sum())
+
+
+def test_an_elementwise_node_shares_its_inputs_metadata_only_where_it_is_the_same():
+    """A compiled record gives an elementwise op's node its first input's metadata
+    (the node's ``output_meta`` tuple when that input's node has one output) only where
+    the output has that input's shape, dtype and device; else its own."""
+    x = nb.tensor(_data(np.float64, 4), requires_grad=True)
+    y = x * 2.0
+    z = y + 1.0
+    assert z.grad_fn.output_meta is y.grad_fn.output_meta
+    assert z.grad_fn.output_meta[0][:2] == ((3, 4), np.dtype(np.float64))
+    wide = y + nb.tensor(_data(np.float64, 5, (2, 3, 4)))  # broadcast wider than y
+    assert wide.grad_fn.output_meta[0][0] == (2, 3, 4)
+    assert wide.grad_fn.input_meta[0][0] == (3, 4)
+    row = nb.tensor(_data(np.float64, 6, (4,)), requires_grad=True)
+    r = row * y  # the first input narrower than the output
+    assert r.grad_fn.output_meta[0][0] == (3, 4) and r.grad_fn.input_meta[0][0] == (4,)
+    (g_row, g_x) = nb.autograd.grad(r.sum() + wide.sum(), [row, x])
+    assert g_row.shape == (4,) and g_x.shape == (3, 4)
+    np.testing.assert_allclose(g_row.numpy(), y.numpy().sum(0))
+    np.testing.assert_allclose(g_x.numpy(), 2 * (np.broadcast_to(row.numpy(), (3, 4)) + 2))
+
+
+def test_a_backward_returning_a_wrong_number_of_gradients_raises(monkeypatch):
+    """The engine's inlined common case checks that a node's backward returned one
+    gradient per input (what ``zip(strict=True)`` checked before)."""
+    x = nb.tensor(_data(np.float64, 8), requires_grad=True)
+    y = (x * 2.0).sum()
+    op = REGISTRY["mul"]
+    real = op.run_backward or record.compile_backward(op)
+    monkeypatch.setattr(op, "run_backward", lambda node, grads: real(node, grads)[:1])
+    with pytest.raises(RuntimeError, match="MulBackward returned 1 gradients for 2 inputs"):
+        y.backward()

@@ -112,16 +112,25 @@ def compile_record(op: OpDef):
     (the backward reads no other)."""
     lines = ["def record(op, args, outputs):"]
     edges, metas = [], []
+    # an elementwise op's output is most often shaped as its first input: its metadata
+    # is then that input's (when known), and a node with one output shares its
+    # ``output_meta`` tuple
+    like = op.kind.label == "elementwise" and op.record_plan[0][3]
+    if like:
+        lines.append("    om0 = None")
     for k, (i, _name, _is_list, has_formula) in enumerate(op.record_plan):
         edges.append(f"e{k}")
         metas.append(f"m{k}")
         if has_formula:  # the metadata is read only for a gradient's input; a table
             # op's output has its node's (the same tuple: no lookup)
+            own = (["        om0 = fn.output_meta", "        m0 = om0[t0._output_nr]"]
+                   if like and k == 0 else
+                   [f"        m{k} = fn.output_meta[t{k}._output_nr]"])
             body = [f"if t{k}._requires_grad:",
                     f"    fn = t{k}.grad_fn",
                     "    if type(fn) is OpNode:",
                     f"        e{k} = (fn, t{k}._output_nr)",
-                    f"        m{k} = fn.output_meta[t{k}._output_nr]",
+                    *own,
                     "    else:",
                     f"        e{k} = (fn, t{k}._output_nr) if fn is not None "
                     f"else gradient_edge(t{k})",
@@ -160,16 +169,25 @@ def compile_record(op: OpDef):
     lines += ["    out = outputs[0]",
               "    d = out._data",
               "    node = new(OpNode)",
-              f"    node.next_edges = [{', '.join(edges)}]",
+              f"    node.next_edges = ({''.join(e + ', ' for e in edges)})",
               "    node.seq = next(sequence)",
               "    node._pre_hooks = node._post_hooks = node._retain = None",
               "    node.anomaly_trace = None",
               "    node.op = op",
               f"    node.attrs = {{{attrs}}}" if attrs else "    node.attrs = NO_ATTRS",
               "    node.input_slots = op.record_slots",
-              f"    node.input_meta = ({', '.join(metas)},)",
-              "    om = OUT_META.get((d.shape, d.dtype)) if out._device is CPU else None",
-              "    node.output_meta = output_meta(d, out._device) if om is None else om"]
+              f"    node.input_meta = ({', '.join(metas)},)"]
+    lookup = ["om = OUT_META.get((d.shape, d.dtype)) if out._device is CPU else None",
+              "node.output_meta = output_meta(d, out._device) if om is None else om"]
+    if like:  # (om0: the input's node's output_meta, where that node is a table op's)
+        lines += ["    if (m0 is not None and m0[1] is d.dtype and m0[2] is out._device",
+                  "            and m0[0] == d.shape):",
+                  "        node.output_meta = om0 if om0 is not None and len(om0) == 1 "
+                  "else (m0,)",
+                  "    else:",
+                  *("        " + x for x in lookup)]
+    else:
+        lines += ["    " + x for x in lookup]
     if op.out_diff[0]:
         lines += ["    out._requires_grad = True",
                   "    out.grad_fn = node"]
@@ -440,7 +458,7 @@ _UNARY_CALL = re.compile(r"    return __una_(\w+)\((\w+)\)\n")
 def _formula_call(formula, k: int, local: dict, tensors: set, env: dict) -> list[str]:
     """The lines setting ``g`` to what ``formula`` returns without calling it, for
     formulas that are one name (``grad``) or one operator on tensors (``grad * other``):
-    the op's function called directly, after its lean path (``dispatch.apply_lean``),
+    the op's function called directly, after its lean path (``OpDef.lean_apply``),
     which that function would try first. ``[]`` for any other formula."""
     body = formula.source.partition("\n")[2]
     if body.strip() in {f"return {n}" for n in tensors}:
@@ -452,11 +470,9 @@ def _formula_call(formula, k: int, local: dict, tensors: set, env: dict) -> list
     target = REGISTRY.get(name)
     if target is None or target.fn is None:
         return []
-    env[f"op{k}"], env[f"fn{k}"], env["lean"] = target, target.fn, dispatch.apply_lean
+    env[f"op{k}"], env[f"fn{k}"] = target, target.fn
     operands = ", ".join(local[n] for n in names)
-    lean = (f"g = lean(op{k}, {operands}, True)" if len(names) == 2
-            else f"g = lean(op{k}, {operands})")
-    return [lean, "if g is None:", f"    g = fn{k}({operands})"]
+    return [f"g = op{k}.lean_apply({operands})", "if g is None:", f"    g = fn{k}({operands})"]
 
 
 def _grads_device(grads: list) -> Device:

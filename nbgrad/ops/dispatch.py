@@ -6,8 +6,9 @@ for the tensors' device, and when gradients are needed calls the recorder that
 backward node), then the tracer of :mod:`nbgrad.jit`, in anomaly mode the observer
 (:func:`set_observer`) and, while a forward-mode level is open, the tangent hook
 (:func:`set_forward`). This package never imports ``nbgrad.autograd``.
-:func:`apply_lean` is its shortcut for elementwise ops in the common case (no hooks,
-contiguous CPU float tensors of one dtype): the same outputs and record, less checking.
+:func:`lean_path` makes an elementwise op's shortcut (``OpDef.lean_apply``) for the common
+case (no hooks, contiguous CPU float tensors of one dtype): the same outputs and record,
+less checking.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..device import Device, cpu_device
 from ..factories import tensor as _new_tensor
 from ..grad_mode import STATE
 from ..kernels import elementwise as ew
-from ..tensor import STATE_TRACE, Tensor, wrap_array
+from ..tensor import STATE_TRACE, TRACERS, Tensor, wrap_array
 from .registry import OpDef
 
 
@@ -204,59 +205,81 @@ def _weak_scalar(other) -> float | None:
     return None
 
 
-def apply_lean(op: OpDef, self, other=None, binary: bool = False) -> Tensor | None:
-    """``apply`` of an elementwise op in the common case, else None (take the general path).
+#: float arrays of fewer elements (at least 1-d) run an op's exact ufunc on the lean path
+_UFUNC_MAX = ew.UFUNC_MAX
+
+
+def lean_path(op: OpDef, ufunc, arity: str) -> Callable:
+    """``op``'s lean path (kept as ``OpDef.lean_apply``, or ``lean_reflected``): what
+    :func:`apply` gives in the common case, else None (take the general path).
+
+    ``arity``: ``"unary"`` for ``apply(self)``, ``"binary"`` for ``apply(self, other)``,
+    ``"reflected"`` for ``apply(self, other)`` meaning ``other op self`` with ``other`` a
+    Python scalar (``2 * x``, ``1 - x``: a tensor's reflected operators).
 
     The common case: no tracer, anomaly observer or forward-mode level; C-contiguous CPU
     tensors of one float dtype (float64 or float32); for a binary op ``other`` a tensor
     that broadcasts to ``self``'s shape (``h + bias``), or a Python float, int (exact in
-    float64) or bool (a weak scalar, as in :func:`promote_operands`). The op's ``lean``
-    kernel (set where the op registers) then runs on the arrays, and the recorder gets
-    exactly what ``apply`` would give it (the op's own, ``OpDef.run_record``, once the
-    installed recorder has made it).
+    float64) or bool (a weak scalar, as in :func:`promote_operands`: a cached 0-d
+    constant, :func:`_constant`). Arrays of under ``_UFUNC_MAX`` elements run ``ufunc``
+    (the op's exact NumPy ufunc, None where NumPy lacks the error state ``ew.QUIET``
+    switches) with floating-point warnings off; others the op's lean kernel
+    (``OpDef.lean``, set where the op registers). The recorder gets exactly what
+    ``apply`` would give it (the op's own, ``OpDef.run_record``, once the installed
+    recorder has made it), the constant first for a reflected op.
     """
-    lean = op.lean
-    if (lean is None or _hooked or STATE_TRACE.tracer is not None
-            or not isinstance(self, Tensor) or self._device is not cpu_device):
-        return None
-    x = self._data
-    dt = x.dtype
-    if not ((dt is _F64 or dt is _F32) and x.flags.c_contiguous):
-        return None
-    if not binary:
-        out = wrap_array(lean(x))
-        if self._requires_grad and STATE.grad_enabled and op.differentiable:
-            (op.run_record or _recorder)(op, (self,), [out])
-        return out
-    if isinstance(other, Tensor):
-        if other is self:  # x * x: checked above
-            out = wrap_array(lean(x, x))
-            if self._requires_grad and STATE.grad_enabled and op.differentiable:
-                (op.run_record or _recorder)(op, (self, self), [out])
-            return out
-        y = other._data
-        if (other._device is not cpu_device or y.dtype is not dt
-                or (y.ndim and (not y.flags.c_contiguous or (
-                    y.shape != x.shape and not _broadcasts_to(y.shape, x.shape))))):
+    kernel, unary, swap = op.lean, arity == "unary", arity == "reflected"
+    setvar, reset, quiet = ew.QUIET or (None, None, None)
+    constants = _CONSTANTS
+
+    def apply(self, other=None):
+        if (_hooked or (TRACERS.active and STATE_TRACE.tracer is not None)
+                or not isinstance(self, Tensor) or self._device is not cpu_device):
             return None
-        if y.ndim:
-            out = wrap_array(lean(x, y))
+        x = self._data
+        dt = x.dtype
+        if not ((dt is _F64 or dt is _F32) and x.flags.c_contiguous):
+            return None
+        flat = None
+        if unary:
+            o = y = None
+        elif isinstance(other, Tensor):
+            y = other._data
+            if other is not self and (
+                    swap or other._device is not cpu_device or y.dtype is not dt
+                    or (y.ndim and (not y.flags.c_contiguous or (
+                        y.shape != x.shape and not _broadcasts_to(y.shape, x.shape))))):
+                return None
+            if not y.ndim:
+                pair = _FLAT.get(id(other))
+                if pair is not None and pair[0] is other:
+                    flat = pair[1]
+            o = other
+        else:  # a Python scalar: its cached constant (a nonzero float's without a call)
+            pair = constants[dt].get(other) if type(other) is float else None
+            if pair is None:
+                pair = _lean_constant(other, dt)
+                if pair is None:
+                    return None
+            o, flat = pair
+            y = o._data
+        if ufunc is not None and x.size < _UFUNC_MAX and x.ndim:
+            token = setvar(quiet)
+            try:
+                r = ufunc(x) if unary else ufunc(y, x) if swap else ufunc(x, y)
+            finally:
+                reset(token)
         else:
-            pair = _FLAT.get(id(other))
-            out = wrap_array(lean(x, y, None if pair is None or pair[0] is not other
-                                  else pair[1]))
-        if ((self._requires_grad or other._requires_grad) and STATE.grad_enabled
-                and op.differentiable):
-            (op.run_record or _recorder)(op, (self, other), [out])
+            r = kernel(x) if unary else kernel(x, y, flat, swap)
+        out = wrap_array(r)
+        if ((self._requires_grad or (o is not None and o._requires_grad))
+                and STATE.grad_enabled and op.differentiable):
+            (op.run_record or _recorder)(
+                op, (self,) if unary else (o, self) if swap else (self, o), [out])
         return out
-    pair = _lean_constant(other, dt)
-    if pair is None:
-        return None
-    o, flat = pair
-    out = wrap_array(lean(x, o._data, flat))
-    if self._requires_grad and STATE.grad_enabled and op.differentiable:
-        (op.run_record or _recorder)(op, (self, o), [out])
-    return out
+
+    apply.__name__ = apply.__qualname__ = f"lean_{op.name}"
+    return apply
 
 
 def _lean_constant(other, dt: np.dtype) -> tuple[Tensor, np.ndarray] | None:
@@ -276,28 +299,6 @@ def _lean_constant(other, dt: np.dtype) -> tuple[Tensor, np.ndarray] | None:
         if other is None:
             return None
     return _constant(other, dt)
-
-
-def apply_lean_reflected(op: OpDef, self, other) -> Tensor | None:
-    """``apply(op, (scalar, self))`` for a Python scalar ``other`` on the left (``2 * x``,
-    ``1 - x``: a tensor's reflected operators), in :func:`apply_lean`'s common case, else
-    None. The record is the general path's: the 0-d constant first."""
-    lean = op.lean
-    if (lean is None or _hooked or STATE_TRACE.tracer is not None
-            or self._device is not cpu_device):
-        return None
-    x = self._data
-    dt = x.dtype
-    if not ((dt is _F64 or dt is _F32) and x.flags.c_contiguous):
-        return None
-    pair = _lean_constant(other, dt)
-    if pair is None:
-        return None
-    o, flat = pair
-    out = wrap_array(lean(x, o._data, flat, True))
-    if self._requires_grad and STATE.grad_enabled and op.differentiable:
-        (op.run_record or _recorder)(op, (o, self), [out])
-    return out
 
 
 #: binary op name -> its exact ufunc (``ScalarOp.ufunc``) for :func:`apply_lean_inplace`

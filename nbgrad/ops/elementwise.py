@@ -19,7 +19,7 @@ from ..kernels import parallel
 from ..kernels.layout import call_native
 from ..tensor import Tensor, install_lean
 from .convert import to_dtype
-from .dispatch import apply, apply_lean, apply_lean_reflected, as_tensor, promote_operands
+from .dispatch import apply, as_tensor, lean_path, promote_operands
 from .registry import get, kernel, op_function
 from .traits import Elementwise, NativePlan, Opaque, batching
 
@@ -39,37 +39,18 @@ def _prepare(kind: str, t: Tensor) -> Tensor:
 LEAN_SIZE = 4096
 
 
-def _inlined_ufunc(name: str) -> tuple:
-    """``(ufunc, quiet, small)`` for a lean kernel that calls the op ``name``'s exact
-    ufunc itself on arrays under ``small`` elements, with ``quiet``
-    (:data:`nbgrad.kernels.elementwise.QUIET`) around it: one call less a small op than
-    :func:`~nbgrad.kernels.elementwise.quiet_ufunc`'s function, which it takes where
-    NumPy lacks that error state (``ufunc`` None then)."""
-    if ew.QUIET is None:
-        return None, (None, None, None), ew.UFUNC_MAX
-    return ew.exact_ufunc(name), ew.QUIET, ew.UFUNC_MAX
-
-
 def _lean_unary(name: str, kind: str):
     """The lean kernel (``OpDef.lean``) of a unary op without parameters: ``run_unary``
-    less its checks, for a C-contiguous float array. An op with an exact ufunc
-    (:attr:`ScalarOp.ufunc <nbgrad.kernels.elementwise.ScalarOp.ufunc>`) calls it on
-    small arrays: the same values, less call overhead than a compiled kernel's."""
+    less its checks, for a C-contiguous float array. (Small arrays of an op with an exact
+    ufunc run it in :func:`~nbgrad.ops.dispatch.lean_path` itself; here only where NumPy
+    lacks the error state ``ew.QUIET`` switches.)"""
     run, fn, to_bool, exact = ew.run_unary, None, kind == "bool", ew.quiet_ufunc(name)
-    ufunc, (setvar, reset, quiet), small = _inlined_ufunc(name)
 
     def lean(x: np.ndarray) -> np.ndarray:
         nonlocal fn
         n = x.size
-        if n < small and x.ndim:
-            if ufunc is not None:  # ``exact(x)`` without its call
-                token = setvar(quiet)
-                try:
-                    return ufunc(x)
-                finally:
-                    reset(token)
-            if exact is not None:
-                return exact(x)
+        if n < ew.UFUNC_MAX and x.ndim and exact is not None:
+            return exact(x)
         out_dtype = dtypes.bool_ if to_bool else x.dtype
         if n > LEAN_SIZE or n >= parallel.MIN_SIZE:
             return run(name, x, out_dtype)
@@ -90,25 +71,18 @@ def _lean_binary(name: str, kind: str):
     for C-contiguous arrays ``a``, ``b`` of one float dtype, ``b`` of ``a``'s shape, 0-d
     or broadcasting to it (``run_binary`` then); ``flat``: a 0-d ``b`` as a writable
     1-element 1-d array (a cached constant) or None; ``swap``: ``b`` is the left operand
-    (``b op a``, a reflected operator). An op with an exact ufunc
-    (:attr:`ScalarOp.ufunc`) calls it on small arrays."""
+    (``b op a``, a reflected operator). (Small arrays of an op with an exact ufunc run it
+    in :func:`~nbgrad.ops.dispatch.lean_path` itself; here only where NumPy lacks the
+    error state ``ew.QUIET`` switches.)"""
     run, fn, empty, to_bool = ew.run_binary, None, ew.EMPTY, kind == "bool"
     exact = ew.quiet_ufunc(name)
-    ufunc, (setvar, reset, quiet), small = _inlined_ufunc(name)
 
     def lean(a: np.ndarray, b: np.ndarray, flat: np.ndarray | None = None,
              swap: bool = False) -> np.ndarray:
         nonlocal fn
         n = a.size
-        if n < small and a.ndim:
-            if ufunc is not None:  # ``exact(a, b)`` without its call
-                token = setvar(quiet)
-                try:
-                    return ufunc(b, a) if swap else ufunc(a, b)
-                finally:
-                    reset(token)
-            if exact is not None:
-                return exact(b, a) if swap else exact(a, b)
+        if n < ew.UFUNC_MAX and a.ndim and exact is not None:
+            return exact(b, a) if swap else exact(a, b)
         out_dtype = dtypes.bool_ if to_bool else a.dtype
         if n > LEAN_SIZE or n >= parallel.MIN_SIZE or (b.ndim and b.shape != a.shape):
             return run(name, b, a, out_dtype) if swap else run(name, a, b, out_dtype)
@@ -129,13 +103,26 @@ def _lean_binary(name: str, kind: str):
     return lean
 
 
+def _set_lean(op, name: str, kind: str) -> None:
+    """Give ``op`` its lean kernel (``OpDef.lean``) and lean paths (``lean_apply``, and
+    ``lean_reflected`` for a binary op): :func:`~nbgrad.ops.dispatch.lean_path` with
+    the op's exact ufunc where NumPy has the error state it switches."""
+    ufunc = ew.exact_ufunc(name) if ew.QUIET is not None else None
+    if name in ew.BINARY:
+        op.lean = _lean_binary(name, kind)
+        op.lean_apply = lean_path(op, ufunc, "binary")
+        op.lean_reflected = lean_path(op, ufunc, "reflected")
+    else:
+        op.lean = _lean_unary(name, kind)
+        op.lean_apply = lean_path(op, ufunc, "unary")
+
+
 def _lean_op(name: str):
-    """The op ``name`` given its lean kernel: for the functions written below that take
-    the lean path (``apply_lean``) like the generated ones."""
+    """The op ``name`` given its lean kernel and paths: for the functions written below
+    that take the lean path like the generated ones."""
     spec = ew.BINARY.get(name) or ew.UNARY[name]
-    make = _lean_binary if name in ew.BINARY else _lean_unary
     op = get(name)
-    op.lean = make(spec.name, spec.kind)
+    _set_lean(op, spec.name, spec.kind)
     return op
 
 
@@ -150,10 +137,10 @@ def _register_unary(spec: ew.ScalarOp):
     op = get(name)
     if spec.params or name in _EXPLICIT:
         return None  # ops with parameters define their public function below
-    op.lean = _lean_unary(name, kind)
+    _set_lean(op, name, kind)
 
     def unary(self):
-        out = apply_lean(op, self)
+        out = op.lean_apply(self)
         return apply(op, (_prepare(kind, as_tensor(self)),)) if out is None else out
 
     unary.__name__ = unary.__qualname__ = name
@@ -162,7 +149,7 @@ def _register_unary(spec: ew.ScalarOp):
 
 
 def _apply_binary(op, kind: str, self, other) -> Tensor:
-    out = apply_lean(op, self, other, True)
+    out = op.lean_apply(self, other)
     if out is not None:
         return out
     a, b = promote_operands(self, other)
@@ -187,10 +174,10 @@ def _register_binary(spec: ew.ScalarOp):
     op = get(name)
     if name in _EXPLICIT:
         return None
-    op.lean = _lean_binary(name, kind)
+    _set_lean(op, name, kind)
 
     def binary(self, other):
-        out = apply_lean(op, self, other, True)
+        out = op.lean_apply(self, other)
         return _apply_binary(op, kind, self, other) if out is None else out
 
     binary.__name__ = binary.__qualname__ = name
@@ -279,7 +266,7 @@ _ADD, _SUB = _lean_op("add"), _lean_op("sub")
 def add(self, other, *, alpha=1) -> Tensor:
     """``self + alpha * other`` with NumPy broadcasting (``alpha``: torch's scale)."""
     if alpha == 1 and type(alpha) is int:
-        out = apply_lean(_ADD, self, other, True)
+        out = _ADD.lean_apply(self, other)
         if out is not None:
             return out
     return _apply_binary(_ADD, "same", self, _scaled(other, alpha))
@@ -290,7 +277,7 @@ def sub(self, other, *, alpha=1) -> Tensor:
     """``self - alpha * other`` with NumPy broadcasting (``alpha``: torch's scale); two
     bool operands are refused, as NumPy and PyTorch refuse them."""
     if alpha == 1 and type(alpha) is int:
-        out = apply_lean(_SUB, self, other, True)
+        out = _SUB.lean_apply(self, other)
         if out is not None:
             return out
     a, b = promote_operands(self, _scaled(other, alpha))
@@ -306,7 +293,7 @@ _NEG = _lean_op("neg")
 @op_function("neg")
 def neg(self) -> Tensor:
     """``-self``; a bool tensor is refused (use ~ or logical_not), as NumPy and PyTorch."""
-    out = apply_lean(_NEG, self)
+    out = _NEG.lean_apply(self)
     if out is not None:
         return out
     x = as_tensor(self)
@@ -341,8 +328,7 @@ def div(self, other, *, rounding_mode: str | None = None) -> Tensor:
 
 
 # the operators + - * / ** - of Tensor try the lean path before these functions
-install_lean(apply_lean, apply_lean_reflected,
-             {"add": _ADD, "sub": _SUB, "mul": get("mul"), "div": _DIV, "pow": _POW,
+install_lean({"add": _ADD, "sub": _SUB, "mul": get("mul"), "div": _DIV, "pow": _POW,
               "neg": _NEG})
 
 

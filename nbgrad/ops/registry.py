@@ -25,6 +25,11 @@ from .traits import OPAQUE, Batching, Kind, Opaque
 TARGETS = ("cpu", "cuda")
 
 
+def not_lean(*args) -> None:
+    """The lean path of an op without one: always the general path."""
+    return None
+
+
 class OpDef:
     """Everything nbgrad knows about one op."""
 
@@ -32,7 +37,8 @@ class OpDef:
                  "attr_pos", "params", "diff_pos", "save_plan", "save_outputs", "save_users",
                  "out_diff", "differentiable", "has_lists", "list_names", "record_plan",
                  "attr_names", "all_tensors", "formula_names", "kind", "lean",
-                 "record_slots", "run_backward", "run_record")
+                 "lean_apply", "lean_reflected", "record_slots", "run_backward",
+                 "run_record")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -43,8 +49,13 @@ class OpDef:
         #: what executors need to know about the op (:mod:`nbgrad.ops.traits`)
         self.kind: Kind = OPAQUE
         #: the CPU kernel of an elementwise op for dispatch's lean path (set where the op
-        #: registers): arrays in, array out, for the common case of ``dispatch.apply_lean``
+        #: registers): arrays in, array out, for the common case of its lean path
         self.lean: Callable | None = None
+        #: ``(self[, other]) -> Tensor | None``: the op applied in the common case, else
+        #: None (``dispatch.lean_path``; set where an elementwise op registers), and
+        #: ``(self, scalar)`` for ``scalar op self``; answer None for every other op
+        self.lean_apply: Callable = not_lean
+        self.lean_reflected: Callable = not_lean
         #: ``(node, grads) -> grads``: the backward of its nodes, set by nbgrad.autograd
         #: on first use (``record.compile_backward``)
         self.run_backward: Callable | None = None

@@ -48,7 +48,7 @@ from ...autograd import forward
 from ...backends import is_cuda_array
 from ...errors import TracerError
 from ...grad_mode import STATE
-from ...tensor import STATE_TRACE, Tensor
+from ...tensor import STATE_TRACE, Tensor, tracer_installed, tracer_removed
 from .ir import STOP_GRADIENT, Graph, Node, Var
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -128,6 +128,7 @@ class Tracer:
 
     # ------------------------------------------------------------------ install
     def __enter__(self) -> Tracer:
+        tracer_installed()
         self._prev = STATE_TRACE.tracer
         STATE_TRACE.tracer = self
         return self
@@ -135,6 +136,7 @@ class Tracer:
     def __exit__(self, *exc: object) -> None:
         STATE_TRACE.tracer = self._prev
         self._prev = None
+        tracer_removed()
 
     # ------------------------------------------------------------------ values
     def add_input(self, t: Tensor) -> Var:

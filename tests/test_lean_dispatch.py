@@ -633,3 +633,33 @@ def test_a_backward_returning_a_wrong_number_of_gradients_raises(monkeypatch):
     monkeypatch.setattr(op, "run_backward", lambda node, grads: real(node, grads)[:1])
     with pytest.raises(RuntimeError, match="MulBackward returned 1 gradients for 2 inputs"):
         y.backward()
+
+
+def test_the_lean_path_is_quiet_inside_its_own_context_and_where_it_is_taken():
+    """Small arrays run the op's ufunc in ``ew.QUIET_RUN``'s context (no floating-point
+    warnings); where that context is entered already (another thread inside it; here
+    this thread, which makes ``run`` raise the same way) the lean path sets the error
+    state itself: the same values, still no warnings, and the caller's error state is
+    untouched either way."""
+    if ew.QUIET_RUN is None:
+        pytest.skip("this NumPy has no error-state context variable")
+    x = nb.tensor(np.array([1e308, -1.0, 0.0, 2.0]), requires_grad=True)
+
+    def ops():
+        y = x * 10.0  # overflow
+        z = nb.log(y - 20.0)  # log of negatives and -inf: invalid, divide
+        w = 1.0 / x  # divide by zero
+        (g,) = nb.autograd.grad((z + w).sum(), x)
+        return [y.numpy(), z.numpy(), w.numpy(), g.numpy()]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(all="raise"):
+            outside = ops()
+            inside = ew.QUIET_RUN(ops)  # nested: run refuses, quiet_call takes over
+            assert np.geterr()["over"] == "raise"
+            with pytest.raises(FloatingPointError):
+                np.multiply(np.array([1e308]), 10.0)
+    for a, b in zip(outside, inside, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert np.isinf(outside[0][0]) and np.isnan(outside[1][1]) and np.isinf(outside[2][2])

@@ -223,14 +223,13 @@ def lean_path(op: OpDef, ufunc, arity: str) -> Callable:
     float64) or bool (a weak scalar, as in :func:`promote_operands`: a cached 0-d
     constant, :func:`_constant`). Arrays of under ``_UFUNC_MAX`` elements run ``ufunc``
     (the op's exact NumPy ufunc, None where NumPy lacks the error state ``ew.QUIET``
-    switches) with floating-point warnings off; others the op's lean kernel
-    (``OpDef.lean``, set where the op registers). The recorder gets exactly what
+    switches) with floating-point warnings off (``ew.QUIET_RUN``); others the op's lean
+    kernel (``OpDef.lean``, set where the op registers). The recorder gets exactly what
     ``apply`` would give it (the op's own, ``OpDef.run_record``, once the installed
     recorder has made it), the constant first for a reflected op.
     """
     kernel, unary, swap = op.lean, arity == "unary", arity == "reflected"
-    setvar, reset, quiet = ew.QUIET or (None, None, None)
-    constants = _CONSTANTS
+    run, constants = ew.QUIET_RUN, _CONSTANTS
 
     def apply(self, other=None):
         if (_hooked or (TRACERS.active and STATE_TRACE.tracer is not None)
@@ -264,11 +263,11 @@ def lean_path(op: OpDef, ufunc, arity: str) -> Callable:
             o, flat = pair
             y = o._data
         if ufunc is not None and x.size < _UFUNC_MAX and x.ndim:
-            token = setvar(quiet)
+            a, b = (y, x) if swap else (x, y)
             try:
-                r = ufunc(x) if unary else ufunc(y, x) if swap else ufunc(x, y)
-            finally:
-                reset(token)
+                r = run(ufunc, a) if unary else run(ufunc, a, b)
+            except RuntimeError:  # another thread is in QUIET_RUN's context
+                r = ew.quiet_call(ufunc, a) if unary else ew.quiet_call(ufunc, a, b)
         else:
             r = kernel(x) if unary else kernel(x, y, flat, swap)
         out = wrap_array(r)

@@ -342,6 +342,8 @@ class GraphTask:
         if not self.retain_graph:
             node.release()
         buffers = self.buffers
+        if len(outs) != len(node.next_edges):
+            raise _count_mismatch(node, outs)
         for edge, grad in zip(node.next_edges, outs, strict=True):
             if edge is not None and grad is not None:
                 nxt, nr = edge

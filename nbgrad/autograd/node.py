@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
+from collections.abc import Sequence
 
 from ..grad_mode import no_grad
 from ..ops import add
@@ -27,7 +28,7 @@ class Node:
     __slots__ = ("next_edges", "seq", "_pre_hooks", "_post_hooks", "_retain", "__weakref__",
                  "anomaly_trace")
 
-    def __init__(self, next_edges: list) -> None:
+    def __init__(self, next_edges: Sequence) -> None:
         self.next_edges = next_edges
         self.seq = next(_sequence)
         self._pre_hooks = None  # output_nr -> {key: hook}

@@ -11,7 +11,7 @@ one op (the formulas' arguments read straight from the node) on the op's first b
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -43,7 +43,7 @@ class OpNode(Node):
     __slots__ = ("op", "saved", "attrs", "input_slots", "input_meta", "output_meta",
                  "materialize")
 
-    def __init__(self, op: OpDef, next_edges: list, input_slots=None, input_meta=None,
+    def __init__(self, op: OpDef, next_edges: Sequence, input_slots=None, input_meta=None,
                  attrs=None, output_meta=None) -> None:
         # Node.__init__ inlined: one node per recorded op
         self.next_edges = next_edges
@@ -235,13 +235,13 @@ def _record_general(op: OpDef, args: tuple, outputs: list[Tensor]) -> None:
             meta.append((data.shape, data.dtype, t._device))
         if has_formula:
             slots[name] = range(start, len(edges))
-    node = OpNode(op, edges, slots, meta, {name: args[i] for i, name in op.attr_names})
+    node = OpNode(op, tuple(edges), slots, meta, {name: args[i] for i, name in op.attr_names})
     _finish(node, op, args, outputs)
 
 
 def _finish(node: OpNode, op: OpDef, args: tuple, outputs: list[Tensor]) -> None:
     """Save what the formulas read and make ``node`` the outputs' grad_fn."""
-    node.output_meta = [(o._data.shape, o._data.dtype, o._device) for o in outputs]
+    node.output_meta = tuple((o._data.shape, o._data.dtype, o._device) for o in outputs)
     saved = {}
     read = [_is_read(node, users) for users in op.save_users]
     for (i, name, need_value), is_read in zip(op.save_plan, read, strict=False):

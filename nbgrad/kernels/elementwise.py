@@ -441,32 +441,21 @@ try:  # NumPy's error state for one call, without np.errstate's cost (~2 us a us
     #: warnings off for this context until ``reset(token)`` (as the kernels: no
     #: warnings); None on a NumPy without that context variable
     QUIET = (_extobj_contextvar.set, _extobj_contextvar.reset, _QUIET)
-    _token = _extobj_contextvar.set(_QUIET)
-    #: ``run(ufunc, *arrays)``: the call in a context (made here) whose error state is
-    #: QUIET's, a tenth of the cost of setting and resetting the variable. A context is
-    #: entered by one thread at a time: where another thread is inside it (a ufunc that
-    #: released the GIL) it raises RuntimeError, and :func:`quiet_call` then does.
-    #: (Only for NumPy's ufuncs on plain arrays: no Python code runs in that context.)
-    QUIET_RUN = contextvars.copy_context().run
-    _extobj_contextvar.reset(_token)
+    _QUIET_CONTEXT = contextvars.Context()  # empty, but for QUIET's error state
+    _QUIET_CONTEXT.run(_extobj_contextvar.set, _QUIET)
+    #: ``run(ufunc, *arrays)``: the call in a context whose error state is QUIET's, a
+    #: tenth of the cost of setting and resetting the variable around it; for NumPy's
+    #: ufuncs on plain arrays only (no Python code runs in that shared context). One
+    #: thread at a time enters it: where another is inside (a ufunc that released the
+    #: GIL), it raises RuntimeError, and the caller sets the error state itself.
+    QUIET_RUN = _QUIET_CONTEXT.run
 except Exception:  # noqa: BLE001 - another NumPy layout: np.errstate then
     _extobj_contextvar = QUIET = QUIET_RUN = None
 
 
-def quiet_call(ufunc, *arrays: np.ndarray) -> np.ndarray:
-    """``ufunc(*arrays)`` with floating-point warnings off (:data:`QUIET`): where
-    :data:`QUIET_RUN` refused."""
-    setvar, reset, quiet = QUIET
-    token = setvar(quiet)
-    try:
-        return ufunc(*arrays)
-    finally:
-        reset(token)
-
-
 def _quieted(ufunc):
     """``call(*arrays, out=None)``: ``ufunc`` with floating-point warnings off (as the
-    kernels); the one place that sets NumPy's error state. A closure, not a partial of a
+    kernels), setting NumPy's error state around the call. A closure, not a partial of a
     generic helper: on 100-element arrays that costs a third of a small op (issue 15)."""
     if _extobj_contextvar is None:  # pragma: no cover
 

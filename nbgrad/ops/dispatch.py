@@ -205,31 +205,25 @@ def _weak_scalar(other) -> float | None:
     return None
 
 
-#: float arrays of fewer elements (at least 1-d) run an op's exact ufunc on the lean path
-_UFUNC_MAX = ew.UFUNC_MAX
+_NDARRAY = np.ndarray
 
 
 def lean_path(op: OpDef, ufunc, arity: str) -> Callable:
-    """``op``'s lean path (kept as ``OpDef.lean_apply``, or ``lean_reflected``): what
-    :func:`apply` gives in the common case, else None (take the general path).
-
-    ``arity``: ``"unary"`` for ``apply(self)``, ``"binary"`` for ``apply(self, other)``,
-    ``"reflected"`` for ``apply(self, other)`` meaning ``other op self`` with ``other`` a
-    Python scalar (``2 * x``, ``1 - x``: a tensor's reflected operators).
+    """``op``'s lean path (``OpDef.lean_apply``, ``lean_reflected``): what :func:`apply`
+    gives in the common case, else None (take the general path). ``arity``: ``"unary"``
+    (``apply(self)``), ``"binary"`` (``apply(self, other)``) or ``"reflected"``
+    (``apply(self, other)`` for ``other op self``, ``other`` a Python scalar: ``2 * x``).
 
     The common case: no tracer, anomaly observer or forward-mode level; C-contiguous CPU
-    tensors of one float dtype (float64 or float32); for a binary op ``other`` a tensor
-    that broadcasts to ``self``'s shape (``h + bias``), or a Python float, int (exact in
-    float64) or bool (a weak scalar, as in :func:`promote_operands`: a cached 0-d
-    constant, :func:`_constant`). Arrays of under ``_UFUNC_MAX`` elements run ``ufunc``
-    (the op's exact NumPy ufunc, None where NumPy lacks the error state ``ew.QUIET``
-    switches) with floating-point warnings off (``ew.QUIET_RUN``); others the op's lean
-    kernel (``OpDef.lean``, set where the op registers). The recorder gets exactly what
-    ``apply`` would give it (the op's own, ``OpDef.run_record``, once the installed
-    recorder has made it), the constant first for a reflected op.
+    tensors of one float dtype (float64, float32) on plain NumPy arrays; for a binary op
+    ``other`` a tensor that broadcasts to ``self``'s shape, or a weak Python scalar (as in
+    :func:`promote_operands`; its cached 0-d constant, :func:`_constant`). Small arrays
+    run ``ufunc`` (the op's exact ufunc; None where NumPy lacks ``ew.QUIET``'s error
+    state) in ``ew.QUIET_RUN``, others the op's lean kernel (``OpDef.lean``). The
+    recorder gets exactly what ``apply`` gives it, the constant first for a reflected op.
     """
     kernel, unary, swap = op.lean, arity == "unary", arity == "reflected"
-    run, constants = ew.QUIET_RUN, _CONSTANTS
+    run, constants, small = ew.QUIET_RUN, _CONSTANTS, ew.UFUNC_MAX
 
     def apply(self, other=None):
         if (_hooked or (TRACERS.active and STATE_TRACE.tracer is not None)
@@ -237,7 +231,7 @@ def lean_path(op: OpDef, ufunc, arity: str) -> Callable:
             return None
         x = self._data
         dt = x.dtype
-        if not ((dt is _F64 or dt is _F32) and x.flags.c_contiguous):
+        if not ((dt is _F64 or dt is _F32) and type(x) is _NDARRAY and x.flags.c_contiguous):
             return None
         flat = None
         if unary:
@@ -246,7 +240,7 @@ def lean_path(op: OpDef, ufunc, arity: str) -> Callable:
             y = other._data
             if other is not self and (
                     swap or other._device is not cpu_device or y.dtype is not dt
-                    or (y.ndim and (not y.flags.c_contiguous or (
+                    or type(y) is not _NDARRAY or (y.ndim and (not y.flags.c_contiguous or (
                         y.shape != x.shape and not _broadcasts_to(y.shape, x.shape))))):
                 return None
             if not y.ndim:
@@ -262,12 +256,12 @@ def lean_path(op: OpDef, ufunc, arity: str) -> Callable:
                     return None
             o, flat = pair
             y = o._data
-        if ufunc is not None and x.size < _UFUNC_MAX and x.ndim:
-            a, b = (y, x) if swap else (x, y)
+        if ufunc is not None and x.size < small and x.ndim:
             try:
-                r = run(ufunc, a) if unary else run(ufunc, a, b)
-            except RuntimeError:  # another thread is in QUIET_RUN's context
-                r = ew.quiet_call(ufunc, a) if unary else ew.quiet_call(ufunc, a, b)
+                r = run(ufunc, x) if unary else run(ufunc, y, x) if swap else run(ufunc, x, y)
+            except RuntimeError:  # another thread is in QUIET_RUN's context: the kernel
+                # (on a small array, the same ufunc with the error state set around it)
+                r = kernel(x) if unary else kernel(x, y, flat, swap)
         else:
             r = kernel(x) if unary else kernel(x, y, flat, swap)
         out = wrap_array(r)

@@ -88,7 +88,7 @@ def user_site() -> str:
 
 
 class Tracer:
-    """Records ops into ``self.graph``; installed with :meth:`activate`.
+    """Records ops into ``self.graph``; installed for a ``with`` block (``with tracer:``).
 
     ``parent`` is the enclosing tracer when this one traces a loop body: a dynamic
     value of the parent used in the body becomes an invariant input of the body

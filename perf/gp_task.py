@@ -27,12 +27,9 @@ one run only.
 
 from __future__ import annotations
 
-import os
+from .threads import one_thread
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-             "NUMBA_NUM_THREADS"):
-    os.environ[_var] = "1"
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+one_thread()  # before any framework is imported
 
 import argparse  # noqa: E402
 import functools  # noqa: E402

@@ -34,6 +34,7 @@ from pathlib import Path
 from . import workloads
 from .core import FRAMEWORKS, parse_selection, selected
 from .tasks import lookup
+from .threads import THREAD_VARS, XLA_ONE_THREAD, XLA_THREADS
 
 PERF_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PERF_DIR.parent
@@ -41,15 +42,8 @@ RESULTS_DIR = PERF_DIR / "results"
 SCHEMA = 1
 
 #: The environment every worker gets: one thread everywhere.
-THREAD_ENV = {
-    "OMP_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "NUMBA_NUM_THREADS": "1",
-    "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",
-    "JAX_PLATFORMS": "cpu",
-    "TF_CPP_MIN_LOG_LEVEL": "2",
-}
+THREAD_ENV = {**dict.fromkeys(THREAD_VARS, "1"), "XLA_FLAGS": XLA_ONE_THREAD,
+              "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 @dataclass
@@ -232,12 +226,9 @@ def worker_env(settings: Settings, scratch: Path, tag: str, threads: int = 1) ->
     env = dict(os.environ)
     env.update(THREAD_ENV)
     if threads != 1:
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                    "NUMBA_NUM_THREADS"):
+        for var in THREAD_VARS:
             env[var] = str(threads)
-        # XLA's CPU threads on, as many as the CPUs the worker is pinned to (XLA_FLAGS
-        # takes only ``--`` flags: a value without one is read as a file name, fatally)
-        env["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=true"
+        env["XLA_FLAGS"] = XLA_THREADS  # as many as the CPUs the worker is pinned to
     env["PERF_THREADS"] = str(threads)
     env["PERF_CPUS"] = ",".join(str(c) for c in worker_cpus(threads))
     env["PYTHONPATH"] = os.pathsep.join(

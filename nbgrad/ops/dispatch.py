@@ -223,7 +223,7 @@ def lean_path(op: OpDef, ufunc, arity: str) -> Callable:
     recorder gets exactly what ``apply`` gives it, the constant first for a reflected op.
     """
     kernel, unary, swap = op.lean, arity == "unary", arity == "reflected"
-    run, constants, small = ew.QUIET_RUN, _CONSTANTS, ew.UFUNC_MAX
+    run, small = ew.QUIET_RUN, ew.UFUNC_MAX
 
     def apply(self, other=None):
         if (_hooked or (TRACERS.active and STATE_TRACE.tracer is not None)
@@ -248,12 +248,10 @@ def lean_path(op: OpDef, ufunc, arity: str) -> Callable:
                 if pair is not None and pair[0] is other:
                     flat = pair[1]
             o = other
-        else:  # a Python scalar: its cached constant (a nonzero float's without a call)
-            pair = constants[dt].get(other) if type(other) is float else None
+        else:  # a Python scalar: its cached constant
+            pair = _lean_constant(other, dt)
             if pair is None:
-                pair = _lean_constant(other, dt)
-                if pair is None:
-                    return None
+                return None
             o, flat = pair
             y = o._data
         if ufunc is not None and x.size < small and x.ndim:
